@@ -1,0 +1,106 @@
+"""Closure conversion: turn a callable into a PyTree whose array leaves are explicit.
+
+A vector field may close over arrays or tracers (model parameters, values from an outer
+`jax.grad`). Before it crosses a custom-VJP boundary every such value must be an explicit
+input, or it gets no cotangent and its tracer leaks. `closure_convert` returns
+
+- `TrivialClosure(fn)` when tracing `fn` captures nothing: `fn` itself is a PyTree (a plain
+  function, or an `eqx.Module` whose arrays are its leaves), so nothing needs rewriting;
+- `JaxprClosure(jaxpr, consts)` otherwise: `fn` traced to a jaxpr whose captured values
+  (`consts`) become leaves.
+
+Both record the input structure as static data (`ShapeDtypeStruct`s with weak types
+stripped, and a treedef) and check every call against it. Static records are hashable and
+survive `jit`/`eval_shape`, so a converted function crosses those boundaries without its
+structure turning back into dynamic values.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+
+def _strip(x: Any) -> Any:
+    # Weak types differ between a Python scalar and an array of the same dtype; the record
+    # should not (equinox#854 hit exactly this).
+    if eqx.is_array_like(x):
+        x = jnp.asarray(x)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return x
+
+
+def shape_record(tree: Any) -> tuple[tuple[Any, ...], Any]:
+    """Static record of `tree`: its leaves as `ShapeDtypeStruct`s (or the static values
+    themselves) and its treedef. Hashable."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    return tuple(_strip(x) for x in leaves), treedef
+
+
+def _check_call(record, args, name: str) -> None:
+    got = shape_record(args)
+    if got != record:
+        raise TypeError(
+            f"closure-converted `{name}` was called with arguments of structure {got}, "
+            f"but it was converted for {record}. Convert it again for the new shapes."
+        )
+
+
+class TrivialClosure(eqx.Module):
+    """`fn` captured nothing, so it is its own explicit form. `fn`'s array leaves (the
+    parameters of an `eqx.Module` vector field) are this PyTree's leaves."""
+
+    fn: Callable
+    in_record: tuple = eqx.field(static=True)
+
+    def __call__(self, *args):
+        _check_call(self.in_record, args, getattr(self.fn, "__name__", "fn"))
+        return self.fn(*args)
+
+
+class JaxprClosure(eqx.Module):
+    """`fn` traced once to a jaxpr; what it captured is in `consts` (leaves, so they get
+    cotangents). `jaxpr` and the records are static."""
+
+    jaxpr: Any = eqx.field(static=True)
+    consts: list
+    in_record: tuple = eqx.field(static=True)
+    out_treedef: Any = eqx.field(static=True)
+
+    def __call__(self, *args):
+        _check_call(self.in_record, args, "fn")
+        flat = [x for x in jtu.tree_leaves(args)]
+        out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *flat)
+        return jtu.tree_unflatten(self.out_treedef, out)
+
+
+def closure_convert(fn: Callable, *example_args: Any) -> TrivialClosure | JaxprClosure:
+    """Make every array `fn` uses when called on `example_args` an explicit leaf.
+
+    `example_args` may be arrays or `jax.ShapeDtypeStruct`s; they fix the call structure.
+    Non-array leaves of `example_args` must be hashable: they are recorded statically.
+    """
+    record = shape_record(example_args)
+    fn_leaves, fn_def = jtu.tree_flatten(fn)
+    dynamic = [i for i, x in enumerate(fn_leaves) if eqx.is_array(x)]
+
+    def with_explicit_leaves(fn_arrays, *args):
+        leaves = list(fn_leaves)
+        for i, x in zip(dynamic, fn_arrays, strict=True):
+            leaves[i] = x
+        return jtu.tree_unflatten(fn_def, leaves)(*args)
+
+    fn_arrays = [fn_leaves[i] for i in dynamic]
+    closed, out_shape = jax.make_jaxpr(with_explicit_leaves, return_shape=True)(
+        fn_arrays, *example_args
+    )
+    if not closed.consts:
+        return TrivialClosure(fn, record)
+    # Something was captured from a closure. Trace again with only `args` explicit so the
+    # captured values, and `fn`'s own arrays, all become consts.
+    closed = jax.make_jaxpr(lambda *a: fn(*a))(*example_args)
+    out_treedef = jtu.tree_structure(out_shape)
+    return JaxprClosure(closed.jaxpr, list(closed.consts), record, out_treedef)

@@ -1,0 +1,111 @@
+"""The loop the solver hands to an adjoint, and its plain (forward-only) evaluation.
+
+A `Loop` interleaves two kinds of *tick* on a small carry:
+
+    while cond(params, carry) or pending(carry):
+        if pending(carry): carry, writes = emit(params, carry); store writes
+        else:              carry = body(params, carry)        # one solver step
+
+`params` are the loop's inputs that never change (the closure-converted vector field, `args`,
+save times); `carry` is the small state that does. Outputs produced piece by piece go into
+*buffers*: `emit` returns one `Write(row, value)` per buffer, and the loop stores `value` at
+`row`. A later write to the same row replaces an earlier one, so `emit` may write a scratch
+row and only advance a row index when it means to keep the row. Buffers never enter the
+carry, so they never enter a checkpoint.
+
+Why emitting is separate from stepping: on XLA:CPU a loop body that touches large arrays is
+several times slower per iteration than one that only does small elementwise work. So
+`run_plain` runs steps in an inner `while_loop` whose carry is small and leaves it only to
+emit (the structure that makes `jax.experimental.ode.odeint` fast), instead of paying for
+output bookkeeping on every step.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+
+class Write(eqx.Module):
+    """Store `value` (a PyTree matching one row of a buffer) at `row` (int scalar)."""
+
+    row: Any
+    value: Any
+
+
+class Loop(eqx.Module):
+    """What a solver hands to an adjoint.
+
+    - `cond(params, carry) -> bool scalar`: whether to take another step.
+    - `body(params, carry) -> carry`: one step.
+    - `pending(carry) -> bool scalar`: whether there is output to emit before stepping on.
+    - `emit(params, carry) -> (carry, writes)`: one piece of output, one `Write` per
+      buffer; called while `pending`. Called when not pending it must change nothing that
+      is kept (it may write scratch rows): reverse mode evaluates both branches.
+    - `max_steps`: bound on the number of steps, or None.
+    - `num_steps`: the exact number of steps when it is known at trace time (fixed step
+      sizes with static times), else None; offline schedules need it.
+    """
+
+    cond: Callable = eqx.field(static=True)
+    body: Callable = eqx.field(static=True)
+    pending: Callable = eqx.field(static=True)
+    emit: Callable = eqx.field(static=True)
+    max_steps: int | None = eqx.field(static=True, default=None)
+    num_steps: int | None = eqx.field(static=True, default=None)
+
+    def going(self, params: Any, carry: Any) -> Any:
+        return self.cond(params, carry) | self.pending(carry)
+
+    def tick(self, params: Any, carry: Any, scratch_writes: tuple) -> tuple[Any, tuple]:
+        """One emit or one step: the unit reverse mode differentiates. A step writes
+        `scratch_writes` (rows that are dropped), so both branches have one structure."""
+        return lax.cond(
+            self.pending(carry),
+            lambda c: self.emit(params, c),
+            lambda c: (self.body(params, c), scratch_writes),
+            carry,
+        )
+
+
+def apply_writes(buffers: tuple, writes: tuple) -> tuple:
+    """Store each write in its buffer. Under `vmap` a batched row becomes a scatter."""
+
+    def put(buffer, write):
+        return jtu.tree_map(
+            lambda b, v: lax.dynamic_update_index_in_dim(
+                b, jnp.asarray(v, b.dtype), write.row, 0
+            ),
+            buffer,
+            write.value,
+        )
+
+    return tuple(put(b, w) for b, w in zip(buffers, writes, strict=True))
+
+
+def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
+    """Run `loop` with `lax.while_loop`s: forward mode (jvp) works, reverse mode does not."""
+
+    def steps_cond(carry):
+        return loop.cond(params, carry) & ~loop.pending(carry)
+
+    def steps_body(carry):
+        return loop.body(params, carry)
+
+    def outer_cond(state):
+        carry, _ = state
+        return loop.going(params, carry)
+
+    def outer_body(state):
+        carry, bufs = state
+        carry = lax.while_loop(lambda c: steps_cond(c), lambda c: steps_body(c), carry)
+        carry, writes = loop.emit(params, carry)
+        return carry, apply_writes(bufs, writes)
+
+    # Fresh lambdas on every call: JAX caches control-flow bodies by hashing the callable,
+    # and a callable that is (or closes over) an `eqx.Module` holding tracers is unhashable
+    # since JAX 0.4.30 (jax-ml/jax#24722, equinox#768).
+    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (init, buffers))

@@ -1,0 +1,51 @@
+"""The interface between the step loop and a step-size controller.
+
+All times here are in the solver's internal time tau = direction * t, which always
+increases; `wrap(direction)` maps a controller's own time arrays into it.
+"""
+
+from typing import Any
+
+import equinox as eqx
+
+
+class Proposal(eqx.Module):
+    """A controller's verdict on an attempted step.
+
+    - `accept`: keep the step.
+    - `next_end`: where the next step should end (from the new start time).
+    - `state`: the controller's new state.
+    - `result`: a `RESULTS` code (successful unless the controller gives up).
+    """
+
+    accept: Any
+    next_end: Any
+    state: Any
+    result: Any
+
+
+class AbstractStepSizeController(eqx.Module):
+    """Chooses step sizes. Subclasses implement `init` and `adapt`."""
+
+    def wrap(self, direction: Any) -> "AbstractStepSizeController":
+        return self
+
+    @property
+    def needs_error(self) -> bool:
+        """Whether `adapt` reads the solver's error estimate."""
+        return False
+
+    @property
+    def jump_ts(self) -> Any:
+        return None
+
+    def num_steps(self, t0: Any, t1: Any, dt0: Any) -> int | None:
+        """The number of steps when it is known before solving (static), else None."""
+        return None
+
+    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec) -> tuple[Any, Any]:
+        """Return (end of the first step, initial state)."""
+        raise NotImplementedError  # abstract
+
+    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec) -> Proposal:
+        raise NotImplementedError  # abstract

@@ -1,0 +1,87 @@
+"""Fixed step sizes: `ConstantStepSize` and `StepTo`."""
+
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._results import RESULTS
+from ._base import AbstractStepSizeController, Proposal
+
+
+def _concrete(x: Any) -> float | None:
+    try:
+        return float(x)
+    except Exception:  # a tracer: not known until run time
+        return None
+
+
+class ConstantStepSize(AbstractStepSizeController):
+    """Steps of size `dt0`, the last one shortened to land on t1.
+
+    Step k ends at t0 + (t1 - t0) (k+1)/n rather than at a running sum of dt0, so rounding
+    errors do not accumulate.
+    """
+
+    def num_steps(self, t0, t1, dt0):
+        t0, t1, dt0 = _concrete(t0), _concrete(t1), _concrete(dt0)
+        if None in (t0, t1, dt0) or dt0 == 0:
+            return None
+        # nextafter: a span that is a whole number of dt0 up to rounding is not given an
+        # extra sliver of a step.
+        return max(1, math.ceil((t1 - t0) / np.nextafter(dt0, np.inf)))
+
+    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+        if dt0 is None:
+            raise ValueError(
+                "dt0=None: ConstantStepSize cannot choose a step size. Pass dt0 (for "
+                "example dt0=(t1 - t0) / 100) or use PIDController(rtol, atol), which "
+                "picks the first step automatically."
+            )
+        dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
+        n = jnp.maximum(jnp.ceil((t1 - t0) / jnp.nextafter(dt0, jnp.inf)), 1)
+        state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1)
+        return self._end_of(1, state), state
+
+    @staticmethod
+    def _end_of(k, state):
+        _, n, t0, t1 = state
+        end = t0 + (t1 - t0) * (jnp.asarray(k, t0.dtype) / n.astype(t0.dtype))
+        return jnp.where(k >= n, t1, end)
+
+    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+        k, n, start, end = state
+        state = (k + 1, n, start, end)
+        return Proposal(True, self._end_of(k + 2, state), state, RESULTS.successful)
+
+
+class StepTo(AbstractStepSizeController):
+    """Step exactly to each time in `ts` (which must start at t0 and end at t1)."""
+
+    ts: Any
+
+    def __check_init__(self):
+        ts = np.asarray(self.ts) if not hasattr(self.ts, "aval") else None
+        if ts is not None and (ts.ndim != 1 or len(ts) < 2):
+            raise ValueError(f"StepTo(ts): ts must be 1-D with >= 2 times, got shape {ts.shape}")
+
+    def wrap(self, direction):
+        return StepTo(jnp.asarray(self.ts) * direction)
+
+    def num_steps(self, t0, t1, dt0):
+        return len(self.ts) - 1
+
+    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+        if dt0 is not None:
+            raise ValueError(
+                f"dt0={dt0!r} was passed with StepTo, which takes its steps from `ts`; "
+                "pass dt0=None."
+            )
+        ts = jnp.asarray(self.ts)
+        return ts[1], jnp.ones((), jnp.int32)
+
+    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+        ts = jnp.asarray(self.ts)
+        k = state + 1
+        return Proposal(True, ts[jnp.minimum(k, len(ts) - 1)], k, RESULTS.successful)

@@ -1,0 +1,180 @@
+"""Adaptive step sizes: the PID controller (with I and PI as special cases).
+
+Follows Soderlind, "Digital filters in adaptive time-stepping", ACM TOMS 29 (2003), in the
+form Diffrax uses, so that the same settings take the same steps:
+
+    factor = safety * e_n^(-(p+i+d)/q) * e_{n-1}^((p+2d)/q) * e_{n-2}^(-d/q),
+
+with e the scaled error norm of a step and q the solver's error order, clipped to
+[1, factormax] on acceptance and [factormin, safety] on rejection.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .._results import RESULTS
+from ._base import AbstractStepSizeController, Proposal
+
+
+def rms_norm(x: Any) -> Any:
+    """Root mean square over every element of a PyTree."""
+    leaves = jax.tree_util.tree_leaves(x)
+    total = sum(jnp.sum(jnp.square(leaf)) for leaf in leaves)
+    size = sum(leaf.size for leaf in leaves)
+    return jnp.sqrt(total / size)
+
+
+def _is_zero(x: Any) -> bool:
+    return isinstance(x, (int, float)) and x == 0
+
+
+class PIDController(AbstractStepSizeController):
+    """Adapt the step size to keep the local error within rtol * |y| + atol.
+
+    `step_ts`: times every step must land on. `jump_ts`: times where the vector field is
+    discontinuous; steps land on them and the first-same-as-last derivative is re-evaluated
+    just after. `norm`: maps the PyTree of scaled errors to a scalar (default RMS).
+    """
+
+    rtol: Any
+    atol: Any
+    pcoeff: Any = 0
+    icoeff: Any = 1
+    dcoeff: Any = 0
+    dtmin: Any = None
+    dtmax: Any = None
+    force_dtmin: bool = True
+    step_ts: Any = None
+    jump_ts: Any = None
+    factormin: Any = 0.2
+    factormax: Any = 10.0
+    safety: Any = 0.9
+    norm: Callable | None = None
+    error_order: Any = None
+
+    def __check_init__(self):
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and value < 0:
+                raise ValueError(f"PIDController({name}={value}): tolerances must be >= 0.")
+        if isinstance(self.rtol, (int, float)) and isinstance(self.atol, (int, float)):
+            if self.rtol == 0 and self.atol == 0:
+                raise ValueError("PIDController(rtol=0, atol=0): set at least one > 0.")
+
+    @property
+    def needs_error(self) -> bool:
+        return True
+
+    def wrap(self, direction):
+        def flip(ts):
+            return None if ts is None else jnp.sort(jnp.asarray(ts) * direction)
+
+        return eqx.tree_at(
+            lambda c: (c.step_ts, c.jump_ts),
+            self,
+            (flip(self.step_ts), flip(self.jump_ts)),
+            is_leaf=lambda x: x is None,
+        )
+
+    def _q(self, error_order):
+        return error_order if self.error_order is None else self.error_order
+
+    def _scaled_norm(self, y0, y1, y_error, spec):
+        # A NaN candidate would poison the scale; measure against y0 instead.
+        y1 = jnp.where(jnp.isnan(y1), y0, y1)
+        scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
+        scaled = y_error / scale
+        if self.norm is None:
+            return jnp.sqrt(jnp.mean(jnp.square(scaled)))
+        return self.norm(spec.unravel(scaled))
+
+    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+        if dt0 is None:
+            dt0 = self._initial_step(vf, t0, y0, k0, args, self._q(error_order), spec)
+        dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
+        if self.dtmax is not None:
+            dt0 = jnp.minimum(dt0, self.dtmax)
+        one = jnp.ones((), jnp.result_type(t0))
+        state = (one, one, jnp.asarray(False))
+        return self._clip_to_ts(t0, t0 + dt0), state
+
+    def _initial_step(self, vf, t0, y0, k0, args, q, spec):
+        """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
+        is about 1% of the tolerance. One extra evaluation of the vector field."""
+        scale = self.atol + jnp.abs(y0) * self.rtol
+        norm = (lambda x: jnp.sqrt(jnp.mean(jnp.square(x)))) if self.norm is None else (
+            lambda x: self.norm(spec.unravel(x))
+        )
+        d0, d1 = norm(y0 / scale), norm(k0 / scale)
+        tiny = (d0 < 1e-5) | (d1 < 1e-5)
+        h0 = jnp.where(tiny, 1e-6, 0.01 * d0 / jnp.where(tiny, 1, d1))
+        k1 = vf(t0 + h0, y0 + h0 * k0, args)
+        d2 = norm((k1 - k0) / scale) / h0
+        d = jnp.maximum(d1, d2)
+        h1 = jnp.where(d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / d) ** (1 / q))
+        return lax.stop_gradient(jnp.minimum(100 * h0, h1))
+
+    def _clip_to_ts(self, start, end):
+        for ts in (self.step_ts, self.jump_ts):
+            if ts is not None:
+                # The first listed time strictly after `start` caps the step.
+                after = jnp.where(ts > start, ts, jnp.inf)
+                end = jnp.minimum(end, jnp.min(after))
+        return end
+
+    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+        inv_prev, inv_prevprev, at_dtmin = state
+        q = self._q(error_order)
+        error = self._scaled_norm(y0, y1, y_error, spec)
+        error = jnp.where(jnp.isnan(error), jnp.inf, error)
+        accept = error < 1
+        if self.dtmin is not None:
+            accept = accept | at_dtmin
+        # Step-size choices are not differentiated: gradients are those of the
+        # discretisation actually taken (and this keeps them finite).
+        inv = lax.stop_gradient(1 / error)
+        factor = self.safety * self._filter(inv, inv_prev, inv_prevprev, q)
+        factor = jnp.clip(
+            factor,
+            jnp.where(accept, 1.0, self.factormin),
+            jnp.where(accept, self.factormax, self.safety),
+        )
+        dt = lax.stop_gradient((t1 - t0) * factor.astype(jnp.result_type(t0)))
+        dt, at_dtmin, result = self._bound(dt, at_dtmin, factor)
+        start = jnp.where(accept, t1, t0)
+        # An error of 0 or inf says nothing about the next step: forget it.
+        inv = jnp.where((inv == 0) | jnp.isinf(inv), 1, inv)
+        state = (
+            jnp.where(accept, inv, inv_prev),
+            jnp.where(accept, inv_prev, inv_prevprev),
+            at_dtmin,
+        )
+        return Proposal(accept, self._clip_to_ts(start, start + dt), state, result)
+
+    def _filter(self, inv, inv_prev, inv_prevprev, q):
+        c1 = (self.icoeff + self.pcoeff + self.dcoeff) / q
+        c2 = -(self.pcoeff + 2 * self.dcoeff) / q
+        c3 = self.dcoeff / q
+        factor = 1 if _is_zero(c1) else inv**c1
+        if not _is_zero(c2):
+            factor = factor * inv_prev**c2
+        if not _is_zero(c3):
+            factor = factor * inv_prevprev**c3
+        return jnp.asarray(factor, dtype=jnp.result_type(inv))
+
+    def _bound(self, dt, at_dtmin, factor):
+        result = RESULTS.successful
+        if self.dtmax is not None:
+            dt = jnp.minimum(dt, self.dtmax)
+        if self.dtmin is not None:
+            if not self.force_dtmin:
+                result = jnp.where(dt < self.dtmin, RESULTS.dt_min_reached, result)
+            dt = jnp.where(at_dtmin & (factor == 1), self.dtmin, dt)
+            at_dtmin = dt <= self.dtmin
+            dt = jnp.maximum(dt, self.dtmin)
+        return dt, at_dtmin, result

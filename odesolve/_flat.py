@@ -1,0 +1,65 @@
+"""A PyTree state as one flat vector.
+
+The solver works on a single 1-D array: every stage combination is then one fused
+elementwise expression, however many leaves `y0` has. `FlatSpec` is the static record that
+turns the vector back into the user's PyTree for each vector-field call.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, Float
+
+
+class FlatSpec(eqx.Module):
+    """Static description of a PyTree of float arrays: treedef, shapes, dtypes."""
+
+    treedef: Any = eqx.field(static=True)
+    shapes: tuple = eqx.field(static=True)
+    dtypes: tuple = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)  # the common dtype of the flat vector
+
+    @property
+    def size(self) -> int:
+        return int(sum(int(np.prod(s)) for s in self.shapes))
+
+    def ravel(self, tree: Any) -> Float[Array, " n"]:
+        leaves = jtu.tree_leaves(tree)
+        flat = [jnp.ravel(x).astype(self.dtype) for x in leaves]
+        return flat[0] if len(flat) == 1 else jnp.concatenate(flat)
+
+    def unravel(self, flat: Float[Array, " n"]) -> Any:
+        if len(self.shapes) == 1:
+            leaves = [flat.reshape(self.shapes[0]).astype(self.dtypes[0])]
+        else:
+            sizes = [int(np.prod(s)) for s in self.shapes]
+            parts = jnp.split(flat, np.cumsum(sizes)[:-1])
+            leaves = [
+                p.reshape(s).astype(d)
+                for p, s, d in zip(parts, self.shapes, self.dtypes, strict=True)
+            ]
+        return jtu.tree_unflatten(self.treedef, leaves)
+
+    def unravel_rows(self, flat: Float[Array, "m n"]) -> Any:
+        """Unravel a stack of flat vectors into a PyTree with a leading axis of size m."""
+        m = flat.shape[0]
+        sizes = [int(np.prod(s)) for s in self.shapes]
+        parts = jnp.split(flat, np.cumsum(sizes)[:-1], axis=1) if len(sizes) > 1 else [flat]
+        leaves = [
+            p.reshape((m, *s)).astype(d)
+            for p, s, d in zip(parts, self.shapes, self.dtypes, strict=True)
+        ]
+        return jtu.tree_unflatten(self.treedef, leaves)
+
+
+def flat_spec(tree: Any, dtype: Any) -> FlatSpec:
+    leaves, treedef = jtu.tree_flatten(tree)
+    return FlatSpec(
+        treedef=treedef,
+        shapes=tuple(tuple(x.shape) for x in leaves),
+        dtypes=tuple(jnp.result_type(x) for x in leaves),
+        dtype=dtype,
+    )

@@ -1,0 +1,554 @@
+"""`diffeqsolve`: the entry point and the step loop.
+
+The loop is one `lax.while_loop` (run by the adjoint) whose carry is a small named `State`.
+Internally time runs forwards: tau = direction * t, and the vector field is wrapped to
+match, so a backwards solve is the same loop. The state is one flat vector (see `_flat`).
+
+Saving never adds a loop. Steps that contain a requested save time write their
+interpolation data (a few vectors) into a row buffer; after the loop every save time is
+interpolated at once. `SaveAt(steps=...)` and `SaveAt(dense=True)` write rows the same way.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, Write, closure_convert
+
+from ._controller._base import AbstractStepSizeController
+from ._controller.constant import ConstantStepSize, StepTo
+from ._flat import FlatSpec, flat_spec
+from ._progress_meter import AbstractProgressMeter, NoProgressMeter
+from ._results import RESULTS
+from ._saveat import SaveAt, save_y
+from ._solution import DenseInterpolation, Solution, StepRows
+from ._term import ODETerm
+from ._validate import normalise_inputs
+
+
+class _Config(eqx.Module):
+    """Everything about a solve that is fixed at trace time."""
+
+    solver: Any = eqx.field(static=True)
+    spec: FlatSpec = eqx.field(static=True)
+    saveat_fn: Callable = eqx.field(static=True)
+    save_t0: bool = eqx.field(static=True)
+    save_t1: bool = eqx.field(static=True)
+    save_every: int = eqx.field(static=True)
+    save_dense: bool = eqx.field(static=True)
+    save_ts: bool = eqx.field(static=True)
+    steps_spec: Any = eqx.field(static=True)  # FlatSpec of fn's output, for steps rows
+    max_steps: int | None = eqx.field(static=True)
+    meter: AbstractProgressMeter = eqx.field(static=True)
+    meter_key: int = eqx.field(static=True)
+    needs_error: bool = eqx.field(static=True)
+    jumps: bool = eqx.field(static=True)
+
+    @property
+    def fsal(self) -> bool:
+        return self.solver.tableau.fsal
+
+    @property
+    def interp_stages(self) -> tuple[int, ...]:
+        return self.solver.tableau.interp_stages
+
+    @property
+    def records_rows(self) -> bool:
+        """Steps record interpolation rows (for SaveAt(ts) or dense output)."""
+        return self.save_ts or self.save_dense
+
+    @property
+    def records(self) -> bool:
+        """The loop emits output rows at all."""
+        return self.records_rows or bool(self.save_every)
+
+    @property
+    def interp(self) -> tuple:
+        table = self.solver.tableau.interp
+        return tuple(table[i] for i in self.interp_stages)
+
+
+class _Params(eqx.Module):
+    """Inputs of the loop that do not change from step to step (differentiable)."""
+
+    vf: Any  # closure-converted flat vector field, tau-space
+    args: Any
+    controller: AbstractStepSizeController
+    t_start: Any
+    t_end: Any
+    clip_floor: Any  # a step ending above this ends at t_end (no sliver steps)
+    save_ts: Any  # tau-space save times, or None
+    direction: Any
+
+
+class State(eqx.Module):
+    """The loop carry. `t` is where the next step starts, `t_next` where it should end.
+
+    Output bookkeeping (None when not saving that kind of output):
+    - `row`: (t0, y0, stages) of the last step: its interpolant, ending at `t`.
+    - `ts_index`: how many save times are done; `next_save` the first not done (inf once
+      all are). A save time at or before `t` is due.
+    - `dense_due`, `steps_due`: the last step still has to be recorded;
+      `dense_row`, `steps_row`: rows recorded so far.
+    """
+
+    t: Any
+    t_next: Any
+    y: Any
+    k0: Any  # f(t, y) for first-same-as-last methods, else None
+    made_jump: Any  # the last accepted step ended on a jump time (None: no jump_ts)
+    controller_state: Any
+    num_steps: Any
+    num_accepted: Any
+    num_rejected: Any
+    result: Any
+    row: Any
+    ts_index: Any
+    next_save: Any
+    dense_due: Any
+    dense_row: Any
+    steps_due: Any
+    steps_row: Any
+    meter_last: Any  # progress last reported (None: no meter)
+
+
+class _FlatField(eqx.Module):
+    """The user's vector field on the flat state, in tau-time: dy/dtau = d * f(d*tau, y)."""
+
+    term: ODETerm
+    spec: FlatSpec = eqx.field(static=True)
+    direction: Any
+
+    def __call__(self, tau, y, args):
+        out = self.term.vf(self.direction * tau, self.spec.unravel(y), args)
+        return self.direction * self.spec.ravel(out)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def _start_derivative(config, params, state):
+    """f(t, y) at the step's start: carried for FSAL methods (re-evaluated after a jump)."""
+    vf, args = params.vf, params.args
+    if not config.fsal:
+        return vf(state.t, state.y, args)
+    if not config.jumps:
+        return state.k0
+    t_after = jnp.nextafter(state.t, jnp.inf)  # the right limit at a discontinuity
+    return jax.lax.cond(
+        state.made_jump, lambda: vf(t_after, state.y, args), lambda: state.k0
+    )
+
+
+def _step(config: _Config, params: _Params, state: State) -> State:
+    t0, t1 = state.t, state.t_next
+    k0 = _start_derivative(config, params, state)
+    step = config.solver.step(
+        params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error
+    )
+    proposal = params.controller.adapt(
+        t0, t1, state.y, step.y1, step.y_error, state.controller_state,
+        config.solver.error_order(), config.spec,
+    )
+    accept = proposal.accept
+    t_new = jnp.where(accept, t1, t0)
+    next_end = jnp.minimum(proposal.next_end, params.t_end)
+    next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
+    # Every step rejected until t + dt == t: report it rather than spin to max_steps.
+    underflow = (next_end <= t_new) & (t_new < params.t_end)
+    result = jnp.where(underflow, RESULTS.step_size_underflow, proposal.result)
+    num_accepted = state.num_accepted + accept
+    steps_due = None
+    if config.save_every:
+        steps_due = accept & (num_accepted % config.save_every == 0)
+    return State(
+        t=t_new,
+        t_next=next_end,
+        y=jnp.where(accept, step.y1, state.y),
+        k0=jnp.where(accept, step.stages[-1], k0) if config.fsal else None,
+        made_jump=_made_jump(params, state, accept, t1),
+        controller_state=proposal.state,
+        num_steps=state.num_steps + 1,
+        num_accepted=num_accepted,
+        num_rejected=state.num_rejected + (1 - accept),
+        result=jnp.where(state.result == RESULTS.successful, result, state.result),
+        row=_interp_row(config, state, step) if config.records_rows else None,
+        ts_index=state.ts_index,
+        next_save=state.next_save,
+        dense_due=accept if config.save_dense else None,
+        dense_row=state.dense_row,
+        steps_due=steps_due,
+        steps_row=state.steps_row,
+        meter_last=_report_progress(config, params, state, t_new),
+    )
+
+
+def _made_jump(params, state, accept, t1):
+    if state.made_jump is None:
+        return None
+    on_jump = jnp.any(params.controller.jump_ts == t1)
+    return jnp.where(accept, on_jump, state.made_jump)
+
+
+def _report_progress(config, params, state, t_new):
+    if state.meter_last is None:
+        return None
+    progress = (t_new - params.t_start) / (params.t_end - params.t_start)
+    return config.meter.step(config.meter_key, progress, state.meter_last)
+
+
+def _interp_row(config, state, step):
+    stages = jnp.stack([step.stages[i] for i in config.interp_stages])
+    return (state.t, state.y, stages)
+
+
+def _pending(state: State):
+    """Output is due: a save time at or before `t`, or an unrecorded step."""
+    due = jnp.asarray(False)
+    if state.next_save is not None:
+        due = due | (state.t >= state.next_save)
+    for flag in (state.dense_due, state.steps_due):
+        if flag is not None:
+            due = due | flag
+    return due
+
+
+def _interpolate_row(config, row, t1, t):
+    """The last step's interpolant (ending at t1) at time t: (n,)."""
+    t0, y0, stages = row
+    h = t1 - t0
+    theta = jnp.where(h == 0, 0, (t - t0) / jnp.where(h == 0, 1, h))
+    # Unrolled over the (static) coefficients: one fused elementwise expression, where a
+    # `dot` would be a separate, slower library call on XLA:CPU.
+    powers = [theta ** (p + 1) for p in range(len(config.interp[0]))]
+    acc = 0
+    for i, coeffs in enumerate(config.interp):
+        weight = sum(c * powers[p] for p, c in enumerate(coeffs) if c != 0)
+        acc = acc + weight * stages[i]
+    return y0 + h * acc
+
+
+def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]:
+    """Record one piece of due output (see `adjoints.Loop`). A write that is not due goes
+    to the buffer's last row, a scratch row that is dropped."""
+    if not config.records:
+        return state, ()
+    writes, updates = [], {}
+    if params.save_ts is not None:
+        due = state.t >= state.next_save
+        n_ts = params.save_ts.shape[0] - 1  # the last entry is an inf sentinel
+        value = _interpolate_row(config, state.row, state.t, state.next_save)
+        writes.append(Write(jnp.where(due, state.ts_index, n_ts), value))
+        index = state.ts_index + due
+        updates.update(ts_index=index, next_save=params.save_ts[index])
+    if config.save_every:
+        due = state.steps_due
+        t_user = params.direction * state.t
+        saved = config.saveat_fn(t_user, config.spec.unravel(state.y), params.args)
+        scratch = config.max_steps // config.save_every
+        row = jnp.where(due, state.steps_row, scratch)
+        writes.append(Write(row, (t_user, config.steps_spec.ravel(saved))))
+        updates.update(steps_row=state.steps_row + due, steps_due=jnp.zeros_like(due))
+    if config.save_dense:
+        due = state.dense_due
+        t0, y0, stages = state.row
+        row = jnp.where(due, state.dense_row, config.max_steps)
+        writes.append(Write(row, (t0, state.t, y0, stages)))
+        updates.update(dense_row=state.dense_row + due, dense_due=jnp.zeros_like(due))
+    state = eqx.tree_at(
+        lambda s: tuple(getattr(s, k) for k in updates), state, tuple(updates.values())
+    )
+    return state, tuple(writes)
+
+
+def _keep_going(config: _Config, params: _Params, state: State):
+    going = (state.t < params.t_end) & (state.result == RESULTS.successful)
+    if config.max_steps is not None:
+        going = going & (state.num_steps < config.max_steps)
+    return going
+
+
+# ---------------------------------------------------------------------- setting up
+
+
+def _row_buffers(config, n_rows, dtype, n):
+    s = len(config.interp_stages)
+    return (
+        jnp.full((n_rows,), jnp.inf, dtype),
+        jnp.full((n_rows,), jnp.inf, dtype),
+        jnp.zeros((n_rows, n), dtype),
+        jnp.zeros((n_rows, s, n), dtype),
+    )
+
+
+def _buffers(config, params, time_dtype):
+    """Output buffers, each with one scratch row at the end."""
+    n, dtype = config.spec.size, config.spec.dtype
+    buffers = []
+    if params.save_ts is not None:
+        buffers.append(jnp.full((params.save_ts.shape[0], n), jnp.inf, dtype))
+    if config.save_every:
+        rows = config.max_steps // config.save_every + 1
+        buffers.append(
+            (
+                jnp.full((rows,), jnp.inf, time_dtype),
+                jnp.full((rows, config.steps_spec.size), jnp.inf, config.steps_spec.dtype),
+            )
+        )
+    if config.save_dense:
+        buffers.append(_row_buffers(config, config.max_steps + 1, time_dtype, n))
+    return tuple(buffers)
+
+
+def _empty_row(config, params, y0):
+    stages = jnp.zeros((len(config.interp_stages), y0.shape[0]), y0.dtype)
+    return (params.t_start, y0, stages)
+
+
+def _initial_state(config, params, y0, dt0, initial_result, meter_last):
+    vf, args = params.vf, params.args
+    k0 = vf(params.t_start, y0, args)
+    t_next, controller_state = params.controller.init(
+        vf, params.t_start, params.t_end, y0, k0, dt0, args,
+        config.solver.error_order(), config.spec,
+    )
+    t_next = jnp.minimum(t_next, params.t_end)
+    t_next = jnp.where(t_next > params.clip_floor, params.t_end, t_next)
+    result = jnp.where(
+        jnp.all(jnp.isfinite(k0)), initial_result, RESULTS.nonfinite_initial_derivative
+    )
+    zero = jnp.zeros((), jnp.int32)
+    has_ts = params.save_ts is not None
+    return State(
+        t=params.t_start,
+        t_next=t_next,
+        y=y0,
+        k0=k0 if config.fsal else None,
+        made_jump=jnp.asarray(False) if config.jumps else None,
+        controller_state=controller_state,
+        num_steps=zero,
+        num_accepted=zero,
+        num_rejected=zero,
+        result=jnp.asarray(result, jnp.int32),
+        row=_empty_row(config, params, y0) if config.records_rows else None,
+        ts_index=zero if has_ts else None,
+        next_save=params.save_ts[0] if has_ts else None,
+        dense_due=jnp.asarray(False) if config.save_dense else None,
+        dense_row=zero if config.save_dense else None,
+        steps_due=jnp.asarray(False) if config.save_every else None,
+        steps_row=zero if config.save_every else None,
+        meter_last=meter_last,
+    )
+
+
+# ---------------------------------------------------------------------- finishing
+
+
+def _final_result(config, params, final):
+    result = final.result
+    unfinished = (result == RESULTS.successful) & (final.t < params.t_end)
+    result = jnp.where(unfinished, RESULTS.max_steps_reached, result)
+    if not config.needs_error:
+        # Fixed steps never reject, so a blow-up only shows in the state.
+        bad = (result == RESULTS.successful) & ~jnp.all(jnp.isfinite(final.y))
+        result = jnp.where(bad, RESULTS.nonfinite_state, result)
+    return result
+
+
+def _outputs(config, params, y0, final, buffers):
+    """Assemble (ts, ys) in the order t0, ts, steps, t1; each part a (ts, flat ys) pair."""
+    spec, fn, args, d = config.spec, config.saveat_fn, params.args, params.direction
+    parts = []
+    buffers = list(buffers)
+
+    def saved(t, y_flat_rows):
+        ys = spec.unravel_rows(y_flat_rows)
+        if fn is save_y:
+            return ys
+        return jax.vmap(lambda t_, y_: fn(t_, y_, args))(t, ys)
+
+    if config.save_t0:
+        parts.append((d * params.t_start[None], saved(d * params.t_start[None], y0[None])))
+    if params.save_ts is not None:
+        ys, ts = buffers.pop(0)[:-1], params.save_ts[:-1]
+        parts.append((d * ts, saved(d * ts, ys)))
+    if config.save_every:
+        t_rows, y_rows = buffers.pop(0)
+        valid = jnp.arange(t_rows.shape[0] - 1) < final.steps_row
+        ts = jnp.where(valid, t_rows[:-1], d * jnp.inf)
+        ys = jnp.where(valid[:, None], y_rows[:-1], jnp.inf)
+        parts.append((ts, config.steps_spec.unravel_rows(ys)))
+    if config.save_t1:
+        parts.append((d * final.t[None], saved(d * final.t[None], final.y[None])))
+    dense = None
+    if config.save_dense:
+        t_start, t_end, y_rows, stage_rows = buffers.pop(0)
+        rows = StepRows(t_start, t_end, y_rows, stage_rows, final.dense_row)
+        dense = DenseInterpolation(rows, config.interp, spec, d, d * params.t_start, d * final.t)
+    if not parts:
+        return None, None, dense
+    ts = jnp.concatenate([p[0] for p in parts])
+    ys = jtu.tree_map(lambda *leaves: jnp.concatenate(leaves), *[p[1] for p in parts])
+    return ts, ys, dense
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def diffeqsolve(
+    terms: ODETerm,
+    solver: Any,
+    t0: Any,
+    t1: Any,
+    dt0: Any,
+    y0: Any,
+    args: Any = None,
+    *,
+    saveat: SaveAt = SaveAt(t1=True),
+    stepsize_controller: AbstractStepSizeController = ConstantStepSize(),
+    adjoint: AbstractAdjoint = RecursiveCheckpointAdjoint(),
+    event: Any = None,
+    max_steps: int | None = 4096,
+    throw: bool = True,
+    progress_meter: AbstractProgressMeter = NoProgressMeter(),
+    solver_state: Any = None,
+    controller_state: Any = None,
+    made_jump: Any = None,
+) -> Solution:
+    """Solve dy/dt = f(t, y, args) from t0 to t1 (Diffrax's signature, ODE subset).
+
+    - `terms`: `ODETerm(f)`. `solver`: e.g. `Tsit5()`. `y0`: PyTree of float arrays
+      (integers are promoted). `dt0`: first step size (None lets `PIDController` pick).
+    - `saveat`: what to return (`SaveAt`). `stepsize_controller`: `ConstantStepSize()`,
+      `StepTo(ts)` or `PIDController(rtol, atol)`.
+    - `adjoint`: how gradients are computed (`RecursiveCheckpointAdjoint()` by default).
+    - `max_steps`: bound on the number of steps (accepted and rejected).
+    - `throw`: raise on failure; with False, check `sol.result`.
+    """
+    if event is not None:
+        raise ValueError(
+            "event=...: events are not implemented in this version of odesolve; solve to "
+            "a fixed t1 and locate the crossing on sol.evaluate (SaveAt(dense=True))."
+        )
+    for name, value in (
+        ("solver_state", solver_state),
+        ("controller_state", controller_state),
+        ("made_jump", made_jump),
+    ):
+        if value is not None:
+            raise ValueError(f"{name}=...: resuming a solve is not supported; pass None.")
+    inputs = normalise_inputs(
+        terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps
+    )
+    return _solve(
+        inputs.terms, solver, inputs.t0, inputs.t1, inputs.dt0, inputs.y0, args,
+        saveat=saveat, controller=stepsize_controller, adjoint=adjoint,
+        max_steps=max_steps, throw=throw, meter=progress_meter,
+        direction=inputs.direction, num_steps=inputs.num_steps,
+    )
+
+
+@eqx.filter_jit
+def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint, max_steps,
+           throw, meter, direction, num_steps):
+    time_dtype = jnp.result_type(t0)
+    if direction is None:  # only known at run time
+        direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
+    spec = flat_spec(y0, jnp.result_type(*jtu.tree_leaves(y0)))
+    y0_flat = spec.ravel(y0)
+    tau0, tau1 = direction * t0, direction * t1
+    field = _FlatField(terms, spec, direction)
+    vf = closure_convert(field, tau0, y0_flat, args)
+    meter_key, meter_last = meter.init() if meter.active else (0, None)
+    config = _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0,
+                          t0, args)
+    save_ts = None
+    if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
+        save_ts = jnp.append(direction * jnp.asarray(saveat.ts, time_dtype), jnp.inf)
+    span = jnp.maximum(jnp.abs(tau0), jnp.abs(tau1))
+    params = _Params(
+        vf=vf, args=args, controller=controller.wrap(direction), t_start=tau0, t_end=tau1,
+        clip_floor=tau1 - 100 * jnp.spacing(span), save_ts=save_ts, direction=direction,
+    )
+    dt0_tau = None if dt0 is None else direction * dt0
+    initial_result = _runtime_input_checks(params, dt0_tau)
+    init = _initial_state(config, params, y0_flat, dt0_tau, initial_result, meter_last)
+    loop = Loop(
+        cond=lambda p, s: _keep_going(config, p, s),
+        body=lambda p, s: _step(config, p, s),
+        pending=_pending,
+        emit=lambda p, s: _emit(config, p, s),
+        max_steps=max_steps,
+        num_steps=num_steps,
+    )
+    final, buffers = adjoint.run_loop(loop, params, init, _buffers(config, params, time_dtype))
+    result = _final_result(config, params, final)
+    ts, ys, dense = _outputs(config, params, y0_flat, final, buffers)
+    if config.meter.active:
+        config.meter.close(config.meter_key, final.t)
+    stats = {
+        "num_steps": final.num_steps,
+        "num_accepted_steps": final.num_accepted,
+        "num_rejected_steps": final.num_rejected,
+        "max_steps": max_steps,
+    }
+    sol = Solution(
+        t0=t0, t1=t1, ts=ts, ys=ys, stats=stats, result=result, interpolation=dense
+    )
+    if throw:
+        sol = _raise_if_failed(sol, result)
+    return sol
+
+
+def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0,
+                 args):
+    every = saveat.every
+    if (every or saveat.dense) and max_steps is None:
+        raise ValueError(
+            "max_steps=None cannot be combined with SaveAt(steps=...) or SaveAt(dense=True): "
+            "their outputs are sized by max_steps. Pass an integer max_steps."
+        )
+    steps_spec = None
+    if every:
+        out = jax.eval_shape(saveat.fn, t0, y0, args)
+        leaves = jtu.tree_leaves(out)
+        steps_spec = flat_spec(out, jnp.result_type(*leaves))
+    if controller.needs_error and not getattr(solver, "adaptive", True):
+        raise ValueError(
+            f"{type(solver).__name__} has no error estimate, so it cannot be used with "
+            f"{type(controller).__name__}; use ConstantStepSize() or an adaptive solver "
+            "such as Tsit5()."
+        )
+    return _Config(
+        solver=solver, spec=spec, saveat_fn=saveat.fn, save_t0=bool(saveat.t0),
+        save_t1=bool(saveat.t1), save_every=every, save_dense=bool(saveat.dense),
+        save_ts=saveat.ts is not None,
+        steps_spec=steps_spec, max_steps=max_steps, meter=meter,
+        meter_key=meter_key, needs_error=controller.needs_error,
+        jumps=controller.jump_ts is not None,
+    )
+
+
+def _runtime_input_checks(params, dt0_tau):
+    """Checks of traced inputs, which can only fail at run time (concrete ones were
+    checked before tracing, with trace-time errors)."""
+    result = jnp.asarray(RESULTS.successful, jnp.int32)
+    if dt0_tau is not None:
+        bad_dt0 = (dt0_tau <= 0) & (params.t_end > params.t_start)
+        result = jnp.where(bad_dt0, RESULTS.invalid_dt0, result)
+    if params.save_ts is not None:
+        ts = params.save_ts[:-1]
+        bad = jnp.any(ts[1:] < ts[:-1]) | (ts[0] < params.t_start) | (ts[-1] > params.t_end)
+        result = jnp.where(bad, RESULTS.invalid_save_times, result)
+    return result
+
+
+def _raise_if_failed(sol: Solution, result) -> Solution:
+    messages = [RESULTS(i).message for i in range(len(RESULTS))]
+    failed = (result != RESULTS.successful) & (result != RESULTS.event_occurred)
+    return eqx.branched_error_if(sol, failed, result, messages)

@@ -1,0 +1,63 @@
+"""Run-time outcomes of a solve: `sol.result` is one of these codes.
+
+Trace-time mistakes (wrong shapes, wrong signs of concrete values) raise `ValueError` or
+`TypeError` before anything runs; what can only be known while solving lands here. With
+`throw=True` a non-successful result raises with the message below.
+"""
+
+import enum
+
+
+class RESULTS(enum.IntEnum):
+    successful = 0
+    max_steps_reached = 1
+    dt_min_reached = 2
+    step_size_underflow = 3
+    nonfinite_initial_derivative = 4
+    nonfinite_state = 5
+    invalid_dt0 = 6
+    invalid_save_times = 7
+    event_occurred = 8
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    RESULTS.successful: "",
+    RESULTS.max_steps_reached: (
+        "The maximum number of solver steps was reached before t1. Increase `max_steps`, "
+        "loosen the tolerances, or use an implicit solver if the problem is stiff."
+    ),
+    RESULTS.dt_min_reached: (
+        "The step size fell below `dtmin` (PIDController(force_dtmin=False)). Lower "
+        "`dtmin`, pass force_dtmin=True, or loosen the tolerances."
+    ),
+    RESULTS.step_size_underflow: (
+        "The step size shrank until t + dt == t: every step was rejected. The vector field "
+        "most likely returned NaN or inf (check it at the time reported in sol.ts), or the "
+        "problem is too stiff for an explicit solver."
+    ),
+    RESULTS.nonfinite_initial_derivative: (
+        "The vector field returned NaN or inf at (t0, y0). Check y0, args and the vector "
+        "field itself."
+    ),
+    RESULTS.nonfinite_state: (
+        "The solution became NaN or inf. With a constant step size this usually means the "
+        "step is too large for stability: pass a smaller dt0 or use PIDController."
+    ),
+    RESULTS.invalid_dt0: (
+        "`dt0` has the wrong sign or is zero: it must point from t0 towards t1 "
+        "(dt0 > 0 when t1 > t0, dt0 < 0 when t1 < t0)."
+    ),
+    RESULTS.invalid_save_times: (
+        "`SaveAt(ts=...)` must be sorted in the direction of integration and lie in "
+        "[t0, t1]."
+    ),
+    RESULTS.event_occurred: "The solve stopped because an event occurred.",
+}
+
+
+def is_okay(result) -> bool:
+    return (result == RESULTS.successful) | (result == RESULTS.event_occurred)

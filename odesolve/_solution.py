@@ -1,0 +1,129 @@
+"""The result of a solve, and its dense interpolant."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ._flat import FlatSpec
+from ._results import RESULTS
+from ._solver._runge_kutta import interpolation_slopes, interpolation_weights
+
+
+class StepRows(eqx.Module):
+    """Interpolation data of recorded steps, one row per step, in internal time tau.
+
+    - `t_start`, `t_end`: (R,) the step's interval.
+    - `y0`: (R, n) the state at `t_start`.
+    - `stages`: (R, s', n) the stage derivatives the interpolant uses.
+    - `count`: how many leading rows are valid.
+    """
+
+    t_start: Float[Array, " R"]
+    t_end: Float[Array, " R"]
+    y0: Float[Array, "R n"]
+    stages: Float[Array, "R s n"]
+    count: Int[Array, ""]
+
+    def locate(self, tau: Float[Array, " m"]) -> tuple[Any, Any]:
+        """Row index holding each tau, and whether such a row exists."""
+        rows = jnp.arange(self.t_end.shape[0])
+        t_end = jnp.where(rows < self.count, self.t_end, jnp.inf)
+        index = jnp.searchsorted(t_end, tau, side="left")
+        found = index < self.count
+        return jnp.clip(index, 0, jnp.maximum(self.count - 1, 0)), found
+
+    def evaluate(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+        index, found = self.locate(tau)
+        t_start, t_end = self.t_start[index], self.t_end[index]
+        h = t_end - t_start
+        theta = (tau - t_start) / jnp.where(h == 0, 1, h)
+        weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
+        y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
+        return jnp.where(found[:, None], y, jnp.inf)
+
+    def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+        index, found = self.locate(tau)
+        t_start, t_end = self.t_start[index], self.t_end[index]
+        h = t_end - t_start
+        theta = (tau - t_start) / jnp.where(h == 0, 1, h)
+        weights = interpolation_slopes(jnp.asarray(interp, h.dtype), theta)
+        dy = jnp.einsum("ms,msn->mn", weights, self.stages[index])
+        return jnp.where(found[:, None], dy, jnp.inf)
+
+
+class DenseInterpolation(eqx.Module):
+    """The solver's piecewise-polynomial solution over [t0, t1] (`SaveAt(dense=True)`)."""
+
+    rows: StepRows
+    interp: tuple = eqx.field(static=True)  # (s', degree) coefficients, hashable
+    spec: FlatSpec
+    direction: Any
+    t0: Any
+    t1: Any
+
+    def _tau(self, t):
+        t = jnp.asarray(t, self.rows.t_start.dtype)
+        return t, jnp.atleast_1d(t * self.direction)
+
+    def _shape_like(self, t, flat):
+        out = self.spec.unravel_rows(flat)
+        return jax.tree_util.tree_map(lambda x: x[0], out) if jnp.ndim(t) == 0 else out
+
+    def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
+        """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array."""
+        if t1 is not None:
+            return jax.tree_util.tree_map(
+                lambda a, b: b - a, self.evaluate(t0, left=left), self.evaluate(t1, left=left)
+            )
+        t, tau = self._tau(t0)
+        return self._shape_like(t, self.rows.evaluate(self.interp, tau))
+
+    def derivative(self, t: Any, left: bool = True) -> Any:
+        """dy/dt of the interpolant (an approximation to the vector field)."""
+        t, tau = self._tau(t)
+        flat = self.rows.slope(self.interp, tau) * self.direction
+        return self._shape_like(t, flat)
+
+
+class Solution(eqx.Module):
+    """What `diffeqsolve` returns.
+
+    - `ts`: (m,) save times; `ys`: PyTree with leading axis m (structure of `SaveAt.fn`'s
+      output). Unused rows (steps not taken, times not reached) are `inf`.
+    - `stats`: dict with num_steps, num_accepted_steps, num_rejected_steps, max_steps.
+    - `result`: a `RESULTS` code; `throw=False` leaves failures here instead of raising.
+    - `evaluate(t)`, `derivative(t)`: need `SaveAt(dense=True)`.
+    """
+
+    t0: Any
+    t1: Any
+    ts: Any
+    ys: Any
+    stats: dict
+    result: Any
+    interpolation: DenseInterpolation | None = None
+    solver_state: Any = None
+    controller_state: Any = None
+    made_jump: Any = None
+    event_mask: Any = None
+
+    def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
+        if self.interpolation is None:
+            raise ValueError(
+                "sol.evaluate needs the dense solution: pass saveat=SaveAt(dense=True)."
+            )
+        return self.interpolation.evaluate(t0, t1, left)
+
+    def derivative(self, t: Any, left: bool = True) -> Any:
+        if self.interpolation is None:
+            raise ValueError(
+                "sol.derivative needs the dense solution: pass saveat=SaveAt(dense=True)."
+            )
+        return self.interpolation.derivative(t, left)
+
+
+__all__ = ["Solution", "RESULTS", "DenseInterpolation"]

@@ -1,0 +1,120 @@
+"""Butcher tableaux with interpolation coefficients: a Runge-Kutta method as data.
+
+With k_i = f(t0 + c_i h, y0 + h sum_j a_ij k_j), a step is
+
+    y1 = y0 + h sum_i b_i k_i,        error estimate  h sum_i b_error_i k_i,
+
+and the dense output on the step is, for theta = (t - t0) / h in [0, 1],
+
+    y(theta) = y0 + h sum_i k_i sum_p interp[i, p] theta^(p+1).
+
+Every interpolant we use is linear in the stages given y0, so one (stages, degree) matrix
+describes it.
+"""
+
+import dataclasses
+from fractions import Fraction
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ButcherTableau:
+    """An explicit Runge-Kutta method.
+
+    - `c`: (s,) stage times as fractions of h; c[0] == 0.
+    - `a`: s - 1 rows, row i (0-based) holding the a_{i+1, j} for j <= i.
+    - `b`: (s,) solution weights. `b_error`: (s,) error weights (b minus the embedded
+      method's weights), or None for a method with no error estimate.
+    - `interp`: (s, degree) dense-output coefficients, see the module docstring.
+    - `order`: order of the solution; the error estimate is of order `order - 1`.
+    """
+
+    c: tuple
+    a: tuple
+    b: tuple
+    b_error: tuple | None
+    interp: tuple
+    order: int
+
+    def __post_init__(self):
+        s = len(self.c)
+        if self.c[0] != 0 or len(self.a) != s - 1 or len(self.b) != s:
+            raise ValueError("tableau sizes do not match its number of stages")
+        for i, row in enumerate(self.a):
+            if len(row) != i + 1:
+                raise ValueError(f"row {i + 1} of `a` must have {i + 1} entries")
+            if not np.isclose(sum(row), self.c[i + 1], rtol=1e-12, atol=1e-14):
+                raise ValueError(f"row {i + 1} of `a` does not sum to c[{i + 1}]")
+        if not np.isclose(sum(self.b), 1.0, rtol=1e-12):
+            raise ValueError("`b` must sum to 1")
+        if self.b_error is not None and not np.isclose(sum(self.b_error), 0.0, atol=1e-12):
+            raise ValueError("`b_error` must sum to 0")
+        interp = np.asarray(self.interp)
+        if interp.shape[0] != s or not np.allclose(interp.sum(1), self.b, atol=1e-12):
+            raise ValueError("the interpolant must reach y1 at theta = 1 (rows sum to b)")
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.c)
+
+    @property
+    def fsal(self) -> bool:
+        """First same as last: the last stage is f(t1, y1), so it is the next step's first."""
+        return (
+            len(self.a) > 0
+            and self.c[-1] == 1
+            and tuple(self.a[-1]) + (0,) == tuple(self.b)
+        )
+
+    @property
+    def interp_stages(self) -> tuple[int, ...]:
+        """Stages the interpolant uses; only these are recorded for dense output."""
+        return tuple(i for i, row in enumerate(self.interp) if any(x != 0 for x in row))
+
+
+def as_floats(rows) -> tuple:
+    """Fractions (exact published values) to float tuples."""
+    if isinstance(rows, (list, tuple)):
+        return tuple(as_floats(r) for r in rows)
+    return float(Fraction(rows) if isinstance(rows, str) else rows)
+
+
+def linear_interpolation(b) -> tuple:
+    """y(theta) = y0 + theta (y1 - y0)."""
+    return tuple((float(bi),) for bi in b)
+
+
+def hermite_interpolation(b) -> tuple:
+    """The cubic matching y0, y1 and the slopes k_first at theta=0 and k_last at theta=1.
+
+    With D = y1 - y0 = h sum b_i k_i:
+    y(theta) = y0 + theta h k_first + theta^2 (3D - 2h k_first - h k_last)
+               + theta^3 (h k_first + h k_last - 2D).
+    For methods that are not FSAL, k_last is the last stage, an approximation to f(t1, y1).
+    """
+    s = len(b)
+    rows = []
+    for i, bi in enumerate(b):
+        first, last = float(i == 0), float(i == s - 1)
+        rows.append((first, 3 * bi - 2 * first - last, first + last - 2 * bi))
+    return tuple(rows)
+
+
+def factored_polynomial_interpolation(factors) -> tuple:
+    """Interpolation rows from polynomials given as products of factors.
+
+    `factors[i]` is a list of coefficient lists (highest power first, as `np.poly1d`);
+    their product is b_i(theta), which must vanish at theta = 0.
+    """
+    rows = []
+    for fs in factors:
+        poly = np.poly1d([1.0])
+        for f in fs:
+            poly = poly * np.poly1d(f)
+        coeffs = poly.coeffs[::-1]  # lowest power first
+        if abs(coeffs[0]) > 1e-15:
+            raise ValueError("interpolating polynomials must vanish at theta = 0")
+        rows.append(tuple(float(x) for x in coeffs[1:]))
+    degree = max(len(r) for r in rows)
+    return tuple(r + (0.0,) * (degree - len(r)) for r in rows)

@@ -1,0 +1,30 @@
+"""Terms: what is being integrated."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.tree_util as jtu
+
+
+class ODETerm(eqx.Module):
+    """dy/dt = vector_field(t, y, args), with `y` any PyTree of float arrays.
+
+    `vector_field` may be a plain function, a closure over arrays, or an `eqx.Module`
+    whose arrays are its parameters; all of them receive gradients.
+    """
+
+    vector_field: Callable
+
+    def vf(self, t: Any, y: Any, args: Any) -> Any:
+        return self.vector_field(t, y, args)
+
+    def contr(self, t0: Any, t1: Any) -> Any:
+        """The control over [t0, t1]: for an ODE, the time increment."""
+        return t1 - t0
+
+    def prod(self, vf: Any, control: Any) -> Any:
+        return jtu.tree_map(lambda v: v * control, vf)
+
+    def vf_prod(self, t: Any, y: Any, args: Any, control: Any) -> Any:
+        return self.prod(self.vf(t, y, args), control)

@@ -1,0 +1,162 @@
+"""Trace-time checks of `diffeqsolve`'s inputs, and their normal form.
+
+Each error names the argument, shows the value and says the fix. Values that are traced
+(inside the user's `jit`) cannot be checked here; the loop checks those at run time and
+reports them through `RESULTS`.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from ._controller.constant import StepTo
+from ._term import ODETerm
+
+
+class Inputs(eqx.Module):
+    terms: Any
+    t0: Any
+    t1: Any
+    dt0: Any
+    y0: Any
+    direction: Any  # +1/-1 when t0, t1 are concrete, else None (decided at run time)
+    num_steps: Any  # static step count when known, else None
+
+
+def _concrete(x: Any) -> float | None:
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return float(np.asarray(x))
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_dtype(dtype) -> Any:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return dtype
+    if jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_):
+        return jnp.result_type(float)  # float64 with jax_enable_x64, else float32
+    raise TypeError(f"dtype {dtype} is not real")
+
+
+def _normalise_y0(y0: Any) -> Any:
+    leaves, treedef = jtu.tree_flatten(y0)
+    if not leaves:
+        raise ValueError(f"y0={y0!r} has no arrays: pass an array or a PyTree of arrays.")
+    out = []
+    for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
+        where = "y0" + jtu.keystr(path)
+        if isinstance(leaf, (bool, np.bool_)) or not eqx.is_array_like(leaf):
+            raise TypeError(
+                f"{where} = {leaf!r} (type {type(leaf).__name__}) is not an array: every "
+                "leaf of y0 must be a float (or integer) array or number, e.g. "
+                "jnp.asarray(...)."
+            )
+        leaf = jnp.asarray(leaf)
+        if jnp.iscomplexobj(leaf):
+            raise TypeError(f"{where} is complex ({leaf.dtype}); only real states are supported.")
+        out.append(leaf.astype(_float_dtype(leaf.dtype)))
+    return jtu.tree_unflatten(treedef, out)
+
+
+def _check_times(t0, t1, dt0, controller):
+    c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0) if dt0 is not None else None
+    for name, value in (("t0", c0), ("t1", c1), ("dt0", cdt)):
+        if value is not None and not np.isfinite(value):
+            raise ValueError(f"{name}={value} is not finite: pass a finite time.")
+    if c0 is not None and c1 is not None and c0 == c1:
+        raise ValueError(
+            f"t0 == t1 == {c0}: the interval is empty, so there is nothing to solve. Pass "
+            "t1 != t0 (or skip the solve: the solution is y0)."
+        )
+    if cdt is not None and c0 is not None and c1 is not None:
+        if cdt == 0 or (c1 - c0) * cdt < 0:
+            fix = abs(cdt) if c1 > c0 else -abs(cdt)
+            raise ValueError(
+                f"dt0={cdt} points the wrong way for integrating from t0={c0} to t1={c1}: "
+                f"pass dt0={fix if cdt else (c1 - c0) / 100} (dt0 must have the sign of "
+                "t1 - t0)."
+            )
+    if isinstance(controller, StepTo):
+        ts = np.asarray(controller.ts) if _concrete(controller.ts[0]) is not None else None
+        if ts is not None and c0 is not None and c1 is not None:
+            if ts[0] != c0 or ts[-1] != c1:
+                raise ValueError(
+                    f"StepTo(ts) must start at t0={c0} and end at t1={c1}; got "
+                    f"ts[0]={ts[0]}, ts[-1]={ts[-1]}."
+                )
+            if np.any(np.diff(ts) * np.sign(c1 - c0) <= 0):
+                raise ValueError("StepTo(ts): ts must be strictly monotonic from t0 to t1.")
+    return c0, c1
+
+
+def _check_save_ts(ts, c0, c1):
+    if ts is None or isinstance(ts, jax.core.Tracer) or c0 is None or c1 is None:
+        return
+    ts = np.asarray(ts, dtype=float)
+    sign = 1 if c1 > c0 else -1
+    if np.any(np.diff(ts) * sign < 0):
+        i = int(np.argmax(np.diff(ts) * sign < 0))
+        raise ValueError(
+            f"SaveAt(ts=...) is not sorted in the direction of integration: ts[{i}]={ts[i]} "
+            f"then ts[{i + 1}]={ts[i + 1]}. Sort it ({'increasing' if sign > 0 else 'decreasing'})."
+        )
+    lo, hi = min(c0, c1), max(c0, c1)
+    outside = (ts < lo) | (ts > hi)
+    if np.any(outside):
+        i = int(np.argmax(outside))
+        raise ValueError(
+            f"SaveAt(ts=...) has ts[{i}]={ts[i]} outside [t0, t1] = [{c0}, {c1}]: save "
+            "times must lie within the interval of integration."
+        )
+
+
+def _check_vector_field(terms, t0, y0, args):
+    """The vector field must return the structure and shapes of y0 (checked by tracing)."""
+    try:
+        out = jax.eval_shape(terms.vf, t0, y0, args)
+    except TypeError as e:
+        raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
+    expected = jax.eval_shape(lambda: y0)
+    got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
+    shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
+    if got_def != want_def or shapes(out) != shapes(expected):
+        raise ValueError(
+            "the vector field's output does not match y0: f(t, y, args) returned "
+            f"structure {got_def} with shapes {shapes(out)}, but y0 has structure "
+            f"{want_def} with shapes {shapes(expected)}. dy/dt must have y's structure "
+            "and shapes."
+        )
+
+
+def normalise_inputs(
+    terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
+) -> Inputs:
+    if not isinstance(terms, ODETerm):
+        raise TypeError(
+            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt."
+        )
+    if not hasattr(solver, "tableau"):
+        raise TypeError(f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5()).")
+    if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
+        raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
+    y0 = _normalise_y0(y0)
+    c0, c1 = _check_times(t0, t1, dt0, controller)
+    _check_save_ts(saveat.ts, c0, c1)
+    y_dtype = jnp.result_type(*jtu.tree_leaves(y0))
+    times = [x for x in (t0, t1, dt0) if x is not None]
+    time_dtype = jnp.result_type(*times, y_dtype)
+    if not jnp.issubdtype(time_dtype, jnp.floating):
+        time_dtype = _float_dtype(time_dtype)
+    as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
+    t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
+    _check_vector_field(terms, t0, y0, args)
+    direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
+    num_steps = controller.num_steps(c0, c1, _concrete(dt0) if dt0 is not None else None)
+    return Inputs(terms, t0, t1, dt0, y0, direction, num_steps)
+
