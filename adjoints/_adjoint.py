@@ -2,13 +2,29 @@
 
 The solver builds a `Loop` and calls `adjoint.run_loop(loop, params, init, buffers)`;
 nothing here knows about ODEs.
+
+Memory and recomputation (n ticks, |c| bytes per carry):
+
+| strategy                               | memory       | forward ticks per reverse tick |
+|----------------------------------------|--------------|--------------------------------|
+| taping (checkpoints >= n)              | n |c|        | 1 (inside the VJP)             |
+| binomial, s slots (n known)            | s |c|        | 1 + t - beta(s+1,t-1)/n, t = repetition number |
+| online, s slots (n unknown)            | s |c|        | about the binomial figure for gaps of 2n/s ticks |
 """
 
+import math
 from typing import Any
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
 
+from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._loop import Loop, run_plain
+from ._schedule import Online, Revolve, Tape
+
+DEFAULT_MEMORY_BUDGET = 64 * 2**20  # bytes of stored loop states; see RecursiveCheckpointAdjoint
 
 
 class AbstractAdjoint(eqx.Module):
@@ -26,10 +42,44 @@ class ForwardMode(AbstractAdjoint):
         return run_plain(loop, params, init, buffers)
 
 
+def carry_bytes(init: Any) -> int:
+    leaves = jtu.tree_leaves(jax.eval_shape(lambda: init))
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
+
+
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
-    """Discretise-then-optimise reverse mode with checkpointing (the default)."""
+    """Discretise-then-optimise reverse mode: exact gradients of the computed solution.
+
+    - `checkpoints`: number of loop states kept for the reverse sweep. None (default):
+      keep every state when they fit in `memory_budget` bytes (taping: no recomputation),
+      otherwise as many as fit. With a known number of steps (`ConstantStepSize` with
+      concrete times, `StepTo`) states are placed by Griewank's binomial rule (optimal);
+      otherwise by online thinning.
+    - `memory_budget`: bytes of stored states allowed when `checkpoints` is None (default
+      64 MiB; under `vmap` it applies per sample).
+    """
 
     checkpoints: int | None = None
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+
+    def __check_init__(self):
+        if self.checkpoints is not None and self.checkpoints < 2:
+            raise ValueError(
+                f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
+                "least 2 (or None to choose from memory_budget)."
+            )
+
+    def schedule(self, loop: Loop, init: Any):
+        """The checkpoint schedule this adjoint uses for `loop`."""
+        bound = num_ticks_bound(loop)
+        slots = self.checkpoints
+        if slots is None:
+            slots = max(2, self.memory_budget // max(carry_bytes(init), 1))
+        if slots >= bound:
+            return Tape(bound)
+        if loop.num_steps is not None and loop.max_emits == 0:
+            return Revolve(slots, loop.num_steps)
+        return Online(slots)
 
     def run_loop(self, loop, params, init, buffers):
-        return run_plain(loop, params, init, buffers)
+        return checkpointed_loop(loop, self.schedule(loop, init), params, init, buffers)

@@ -46,6 +46,7 @@ class Loop(eqx.Module):
       buffer; called while `pending`. Called when not pending it must change nothing that
       is kept (it may write scratch rows): reverse mode evaluates both branches.
     - `max_steps`: bound on the number of steps, or None.
+    - `max_emits`: bound on the number of emit ticks.
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
     """
@@ -55,6 +56,7 @@ class Loop(eqx.Module):
     pending: Callable = eqx.field(static=True)
     emit: Callable = eqx.field(static=True)
     max_steps: int | None = eqx.field(static=True, default=None)
+    max_emits: int = eqx.field(static=True, default=0)
     num_steps: int | None = eqx.field(static=True, default=None)
 
     def going(self, params: Any, carry: Any) -> Any:

@@ -155,14 +155,15 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         t0, t1, state.y, step.y1, step.y_error, state.controller_state,
         config.solver.error_order(), config.spec,
     )
-    accept = proposal.accept
+    accept = jnp.asarray(proposal.accept)
     t_new = jnp.where(accept, t1, t0)
     next_end = jnp.minimum(proposal.next_end, params.t_end)
     next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
     underflow = (next_end <= t_new) & (t_new < params.t_end)
     result = jnp.where(underflow, RESULTS.step_size_underflow, proposal.result)
-    num_accepted = state.num_accepted + accept
+    accepted = accept.astype(jnp.int32)
+    num_accepted = state.num_accepted + accepted
     steps_due = None
     if config.save_every:
         steps_due = accept & (num_accepted % config.save_every == 0)
@@ -175,7 +176,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         controller_state=proposal.state,
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
-        num_rejected=state.num_rejected + (1 - accept),
+        num_rejected=state.num_rejected + (1 - accepted),
         result=jnp.where(state.result == RESULTS.successful, result, state.result),
         row=_interp_row(config, state, step) if config.records_rows else None,
         ts_index=state.ts_index,
@@ -244,7 +245,7 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
         n_ts = params.save_ts.shape[0] - 1  # the last entry is an inf sentinel
         value = _interpolate_row(config, state.row, state.t, state.next_save)
         writes.append(Write(jnp.where(due, state.ts_index, n_ts), value))
-        index = state.ts_index + due
+        index = state.ts_index + due.astype(jnp.int32)
         updates.update(ts_index=index, next_save=params.save_ts[index])
     if config.save_every:
         due = state.steps_due
@@ -253,13 +254,13 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
         scratch = config.max_steps // config.save_every
         row = jnp.where(due, state.steps_row, scratch)
         writes.append(Write(row, (t_user, config.steps_spec.ravel(saved))))
-        updates.update(steps_row=state.steps_row + due, steps_due=jnp.zeros_like(due))
+        updates.update(steps_row=state.steps_row + due.astype(jnp.int32), steps_due=jnp.zeros_like(due))
     if config.save_dense:
         due = state.dense_due
         t0, y0, stages = state.row
         row = jnp.where(due, state.dense_row, config.max_steps)
         writes.append(Write(row, (t0, state.t, y0, stages)))
-        updates.update(dense_row=state.dense_row + due, dense_due=jnp.zeros_like(due))
+        updates.update(dense_row=state.dense_row + due.astype(jnp.int32), dense_due=jnp.zeros_like(due))
     state = eqx.tree_at(
         lambda s: tuple(getattr(s, k) for k in updates), state, tuple(updates.values())
     )
@@ -360,6 +361,29 @@ def _final_result(config, params, final):
     return result
 
 
+def _steps_output(config, params, final, rows):
+    """Rows saved every `save_every` accepted steps. As in Diffrax, t1 is saved as one more
+    row when the last step was not saved, and the output has max_steps // every rows (one
+    more if that does not divide max_steps)."""
+    t_rows, y_rows = rows
+    count = final.steps_row
+    if config.save_t1:
+        missing = final.num_accepted % config.save_every != 0
+        t_final = params.direction * final.t
+        saved = config.saveat_fn(t_final, config.spec.unravel(final.y), params.args)
+        row = jnp.where(missing, count, t_rows.shape[0] - 1)
+        t_rows = t_rows.at[row].set(t_final)
+        y_rows = y_rows.at[row].set(config.steps_spec.ravel(saved))
+        count = count + missing.astype(jnp.int32)
+    size = config.max_steps // config.save_every
+    if config.save_t1 and config.max_steps % config.save_every:
+        size += 1
+    valid = jnp.arange(size, dtype=jnp.int32) < count
+    ts = jnp.where(valid, t_rows[:size], params.direction * jnp.inf)
+    ys = jnp.where(valid[:, None], y_rows[:size], jnp.inf)
+    return ts, config.steps_spec.unravel_rows(ys)
+
+
 def _outputs(config, params, y0, final, buffers):
     """Assemble (ts, ys) in the order t0, ts, steps, t1; each part a (ts, flat ys) pair."""
     spec, fn, args, d = config.spec, config.saveat_fn, params.args, params.direction
@@ -378,12 +402,8 @@ def _outputs(config, params, y0, final, buffers):
         ys, ts = buffers.pop(0)[:-1], params.save_ts[:-1]
         parts.append((d * ts, saved(d * ts, ys)))
     if config.save_every:
-        t_rows, y_rows = buffers.pop(0)
-        valid = jnp.arange(t_rows.shape[0] - 1) < final.steps_row
-        ts = jnp.where(valid, t_rows[:-1], d * jnp.inf)
-        ys = jnp.where(valid[:, None], y_rows[:-1], jnp.inf)
-        parts.append((ts, config.steps_spec.unravel_rows(ys)))
-    if config.save_t1:
+        parts.append(_steps_output(config, params, final, buffers.pop(0)))
+    if config.save_t1 and not config.save_every:
         parts.append((d * final.t[None], saved(d * final.t[None], final.y[None])))
     dense = None
     if config.save_dense:
@@ -484,6 +504,7 @@ def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint,
         pending=_pending,
         emit=lambda p, s: _emit(config, p, s),
         max_steps=max_steps,
+        max_emits=_max_emits(config, params, max_steps),
         num_steps=num_steps,
     )
     final, buffers = adjoint.run_loop(loop, params, init, _buffers(config, params, time_dtype))
@@ -503,6 +524,14 @@ def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint,
     if throw:
         sol = _raise_if_failed(sol, result)
     return sol
+
+
+def _max_emits(config, params, max_steps):
+    """Bound on emit ticks: one per save time, one per recorded step."""
+    emits = 0 if params.save_ts is None else params.save_ts.shape[0] - 1
+    if (config.save_dense or config.save_every) and max_steps is not None:
+        emits += max_steps
+    return emits
 
 
 def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0,

@@ -30,11 +30,11 @@ class StepRows(eqx.Module):
 
     def locate(self, tau: Float[Array, " m"]) -> tuple[Any, Any]:
         """Row index holding each tau, and whether such a row exists."""
-        rows = jnp.arange(self.t_end.shape[0])
+        rows = jnp.arange(self.t_end.shape[0], dtype=self.count.dtype)
         t_end = jnp.where(rows < self.count, self.t_end, jnp.inf)
         index = jnp.searchsorted(t_end, tau, side="left")
-        found = index < self.count
-        return jnp.clip(index, 0, jnp.maximum(self.count - 1, 0)), found
+        found = index < self.count.astype(index.dtype)
+        return jnp.clip(index, 0, jnp.maximum(self.count.astype(index.dtype) - 1, 0)), found
 
     def evaluate(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
         index, found = self.locate(tau)

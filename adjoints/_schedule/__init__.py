@@ -1,0 +1,16 @@
+"""Checkpoint schedules: which loop states to keep, in how many slots.
+
+A schedule decides during the forward sweep which states (the carry *before* tick k) to
+store and in which slot; the reverse sweep (`adjoints._checkpointed`) then restores the
+nearest stored state and recomputes forwards, placing further checkpoints in free slots by
+Griewank's binomial rule (`revolve.next_checkpoint`).
+"""
+
+from .online import Online as Online
+from .revolve import (
+    Revolve as Revolve,
+    beta as beta,
+    forward_steps as forward_steps,
+    next_checkpoint as next_checkpoint,
+)
+from .tape import Tape as Tape
