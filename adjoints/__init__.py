@@ -6,6 +6,7 @@ and its inputs, and gets back the final carry and the buffers the body wrote.
 
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
+    DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
@@ -15,4 +16,9 @@ from ._closure import (
     closure_convert as closure_convert,
     shape_record as shape_record,
 )
-from ._loop import Loop as Loop, Write as Write, apply_writes as apply_writes, run_plain as run_plain
+from ._loop import (
+    Loop as Loop,
+    Write as Write,
+    apply_writes as apply_writes,
+    run_plain as run_plain,
+)

@@ -21,16 +21,21 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._checkpointed import checkpointed_loop, num_ticks_bound
+from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._schedule import Online, Revolve, Tape
 
-DEFAULT_MEMORY_BUDGET = 64 * 2**20  # bytes of stored loop states; see RecursiveCheckpointAdjoint
+DEFAULT_MEMORY_BUDGET = (
+    64 * 2**20
+)  # bytes of stored loop states; see RecursiveCheckpointAdjoint
 
 
 class AbstractAdjoint(eqx.Module):
     """Runs a `Loop`. Subclasses choose the differentiation strategy."""
 
-    def run_loop(self, loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
+    def run_loop(
+        self, loop: Loop, params: Any, init: Any, buffers: tuple
+    ) -> tuple[Any, tuple]:
         raise NotImplementedError  # abstract
 
 
@@ -40,6 +45,15 @@ class ForwardMode(AbstractAdjoint):
 
     def run_loop(self, loop, params, init, buffers):
         return run_plain(loop, params, init, buffers)
+
+
+class DirectAdjoint(AbstractAdjoint):
+    """Differentiate the loop as a bounded `lax.scan`: forward mode (`jax.jvp`,
+    `jax.jacfwd`), reverse mode and Hessians all work. Costs `max_steps` ticks whatever
+    the number of steps taken; memory O(sqrt(max_steps)) states."""
+
+    def run_loop(self, loop, params, init, buffers):
+        return bounded_loop(loop, params, init, buffers)
 
 
 def carry_bytes(init: Any) -> int:

@@ -63,17 +63,28 @@ def num_ticks_bound(loop: Loop) -> int:
 
 def _forward(loop, schedule, params, init, buffers):
     """Run the loop, storing carries per `schedule`. Returns the final carry, buffers, the
-    number of ticks, and the slots with their tick indices (-1 = empty).
+    number of ticks, the slots with their tick indices (-1 = empty), and the carry before
+    the last tick (revolve's first "youturn" starts from it, so the last stretch of the
+    sweep is not recomputed; None when taping, where it is in the tape).
 
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
     packing = _Packing.of(init)
     slots = packing.empty(schedule.slots)
     slot_index = jnp.full((schedule.slots,), -1, jnp.int32)
+    taping = isinstance(schedule, Tape)
+    replaying = loop.decision is not None and not taping
+    decisions = _decision_tape(loop, init, num_ticks_bound(loop)) if replaying else None
+
+    def decide(decisions, k, carry):
+        """Record the decision of the carry after tick k (row k + 1)."""
+        if not replaying:
+            return decisions
+        return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), k + 1, 0)
 
     def record(k, carry, slots, slot_index, sched):
         store, slot, slot_index, sched = schedule.store(k, sched, slot_index)
-        if isinstance(schedule, Tape):  # every state: no branch needed
+        if taping:  # every state: no branch needed
             return _put(slots, slot, carry, packing), slot_index, sched
         slots, slot_index = lax.cond(
             store,
@@ -87,13 +98,15 @@ def _forward(loop, schedule, params, init, buffers):
         return loop.cond(params, carry) & ~loop.pending(carry)
 
     def steps_body(state):
-        k, carry, slots, slot_index, sched = state
+        k, carry, prev, slots, slot_index, sched, decisions = state
         slots, slot_index, sched = record(k, carry, slots, slot_index, sched)
-        return k + 1, loop.body(params, carry), slots, slot_index, sched
+        new = loop.body(params, carry)
+        prev = None if taping else carry
+        return k + 1, new, prev, slots, slot_index, sched, decide(decisions, k, new)
 
     def outer_body(state):
         ticks, bufs = state
-        k, carry, slots, slot_index, sched = lax.while_loop(
+        k, carry, prev, slots, slot_index, sched, decisions = lax.while_loop(
             lambda s: steps_cond(s), lambda s: steps_body(s), ticks
         )
         # Leaving the inner loop means an emit is due, or the loop is over (then this
@@ -104,15 +117,24 @@ def _forward(loop, schedule, params, init, buffers):
             lambda: record(k, carry, slots, slot_index, sched),
             lambda: (slots, slot_index, sched),
         )
+        if not taping:
+            prev = jtu.tree_map(lambda a, b: jnp.where(due, a, b), carry, prev)
         carry, writes = loop.emit(params, carry)
-        ticks = (k + due.astype(jnp.int32), carry, slots, slot_index, sched)
+        decisions = decide(decisions, k, carry)
+        ticks = (k + due.astype(jnp.int32), carry, prev, slots, slot_index, sched, decisions)
         return ticks, apply_writes(bufs, writes)
 
-    ticks = (jnp.int32(0), init, slots, slot_index, schedule.init())
-    (k, final, slots, slot_index, _), buffers = lax.while_loop(
+    first = None if taping else init
+    ticks = (jnp.int32(0), init, first, slots, slot_index, schedule.init(), decisions)
+    (k, final, prev, slots, slot_index, _, decisions), buffers = lax.while_loop(
         lambda s: loop.going(params, s[0][1]), lambda s: outer_body(s), (ticks, buffers)
     )
-    return final, buffers, k, slots, slot_index
+    return final, buffers, k, slots, slot_index, prev, decisions
+
+
+def _decision_tape(loop, init, bound):
+    shape = jax.eval_shape(loop.decision, init)
+    return jnp.zeros((bound + 1, *shape.shape), shape.dtype)
 
 
 class _Packing(eqx.Module):
@@ -129,21 +151,31 @@ class _Packing(eqx.Module):
         leaves, treedef = jtu.tree_flatten(jax.eval_shape(lambda: carry))
         floats = [x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
         float_dtype = jnp.result_type(*floats) if floats else jnp.float32
-        return _Packing(treedef, tuple(x.shape for x in leaves),
-                        tuple(x.dtype for x in leaves), float_dtype)
+        return _Packing(
+            treedef,
+            tuple(x.shape for x in leaves),
+            tuple(x.dtype for x in leaves),
+            float_dtype,
+        )
 
     def _is_float(self, dtype):
         return jnp.issubdtype(dtype, jnp.inexact)
 
     def sizes(self):
         f = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if self._is_float(d))
-        i = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d))
+        i = sum(
+            math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d)
+        )
         return f, i
 
     def pack(self, carry):
         leaves = jtu.tree_leaves(carry)
-        floats = [jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)]
-        ints = [jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)]
+        floats = [
+            jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)
+        ]
+        ints = [
+            jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)
+        ]
         cat = lambda xs, d: jnp.concatenate(xs) if xs else jnp.zeros((0,), d)
         return cat(floats, self.float_dtype), cat(ints, jnp.int32)
 
@@ -153,10 +185,10 @@ class _Packing(eqx.Module):
         for shape, dtype in zip(self.shapes, self.dtypes):
             size = math.prod(shape)
             if self._is_float(dtype):
-                leaves.append(floats[fi:fi + size].reshape(shape).astype(dtype))
+                leaves.append(floats[fi : fi + size].reshape(shape).astype(dtype))
                 fi += size
             else:
-                leaves.append(ints[ii:ii + size].reshape(shape).astype(dtype))
+                leaves.append(ints[ii : ii + size].reshape(shape).astype(dtype))
                 ii += size
         return jtu.tree_unflatten(self.treedef, leaves)
 
@@ -167,8 +199,10 @@ class _Packing(eqx.Module):
 
 def _put(slots, i, carry, packing):
     floats, ints = packing.pack(carry)
-    return (lax.dynamic_update_index_in_dim(slots[0], floats, i, 0),
-            lax.dynamic_update_index_in_dim(slots[1], ints, i, 0))
+    return (
+        lax.dynamic_update_index_in_dim(slots[0], floats, i, 0),
+        lax.dynamic_update_index_in_dim(slots[1], ints, i, 0),
+    )
 
 
 def _get(slots, i, packing):
@@ -279,7 +313,17 @@ def _nearest(slot_index, target):
 
 
 def _reverse_recompute(
-    loop, params, n, slots, slot_index, ct_final, ct_buffers, scratch, packing
+    loop,
+    params,
+    n,
+    slots,
+    slot_index,
+    last,
+    decisions,
+    ct_final,
+    ct_buffers,
+    scratch,
+    packing,
 ):
     """Reverse with recomputation from the stored carries (Griewank's binomial rule for
     every state stored on the way)."""
@@ -303,18 +347,32 @@ def _reverse_recompute(
         slot_index = jnp.where(slot_index >= target, -1, slot_index)
         target = target - 1
         j, base, nxt = plan(slot_index, jnp.maximum(target, 0))
-        return (target, base, _get(slots, j, packing), nxt, slots, slot_index, dc,
-                _add(ct_params, dp), ct_bufs)
+        return (
+            target,
+            base,
+            _get(slots, j, packing),
+            nxt,
+            slots,
+            slot_index,
+            dc,
+            _add(ct_params, dp),
+            ct_bufs,
+        )
 
     def advance_one(state):
         target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
         carry, _ = loop.tick(params, carry, scratch)
         index = index + 1
+        if decisions is not None:
+            carry = loop.replay(carry, decisions[index])
         store = (index == nxt) & (index < target)
         free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
         slots, slot_index = lax.cond(
             store,
-            lambda: (_put(slots, free_slot, carry, packing), slot_index.at[free_slot].set(index)),
+            lambda: (
+                _put(slots, free_slot, carry, packing),
+                slot_index.at[free_slot].set(index),
+            ),
             lambda: (slots, slot_index),
         )
         free = jnp.sum(slot_index < 0).astype(jnp.int32)
@@ -329,10 +387,19 @@ def _reverse_recompute(
         target, index = state[0], state[1]
         return lax.cond(index == target, reverse_one, advance_one, state)
 
+    # Start at the last tick, whose carry the forward sweep kept.
     target = n - 1
-    j, base, nxt = plan(slot_index, jnp.maximum(target, 0))
-    state = (target, base, _get(slots, j, packing), nxt, slots, slot_index, ct_final, zero_params,
-             ct_buffers)
+    state = (
+        target,
+        target,
+        last,
+        target,
+        slots,
+        slot_index,
+        ct_final,
+        zero_params,
+        ct_buffers,
+    )
     out = lax.while_loop(lambda s: s[0] >= 0, lambda s: body(s), state)
     return out[7], out[6]
 
@@ -349,13 +416,15 @@ def _differentiable_loop(params_and_init, buffers, *, loop, schedule):
 @_differentiable_loop.def_fwd
 def _fwd(perturbed, params_and_init, buffers, *, loop, schedule):
     params, init = params_and_init
-    final, buffers, n, slots, slot_index = _forward(loop, schedule, params, init, buffers)
-    return (final, buffers), (n, slots, slot_index)
+    final, buffers, n, slots, slot_index, last, decisions = _forward(
+        loop, schedule, params, init, buffers
+    )
+    return (final, buffers), (n, slots, slot_index, last, decisions)
 
 
 @_differentiable_loop.def_bwd
 def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule):
-    n, slots, slot_index = residuals
+    n, slots, slot_index, last, decisions = residuals
     params, init = params_and_init
     ct_final, ct_buffers = grad_obj
     final_shape = jax.eval_shape(lambda: init)
@@ -368,7 +437,16 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, sche
         )
     else:
         ct_params, ct_init = _reverse_recompute(
-            loop, params, n, slots, slot_index, ct_final, ct_buffers, scratch,
+            loop,
+            params,
+            n,
+            slots,
+            slot_index,
+            last,
+            decisions,
+            ct_final,
+            ct_buffers,
+            scratch,
             _Packing.of(init),
         )
     return ct_params, ct_init

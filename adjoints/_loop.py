@@ -47,6 +47,13 @@ class Loop(eqx.Module):
       is kept (it may write scratch rows): reverse mode evaluates both branches.
     - `max_steps`: bound on the number of steps, or None.
     - `max_emits`: bound on the number of emit ticks.
+    - `decision(carry) -> array`, `replay(carry, decision) -> carry`: the part of the
+      carry that steers the loop (an adaptive step size) and how to impose it. Reverse
+      mode records it on the first sweep and replays it when recomputing: a quantity such
+      as an error estimate is a difference of nearly equal numbers, so a recomputation
+      compiled differently (one fused multiply-add more or less) would otherwise choose
+      step sizes differing in the 9th digit, and the gradient would be that of a slightly
+      different discretisation. None: the loop recomputes bit for bit (fixed steps).
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
     """
@@ -57,6 +64,8 @@ class Loop(eqx.Module):
     emit: Callable = eqx.field(static=True)
     max_steps: int | None = eqx.field(static=True, default=None)
     max_emits: int = eqx.field(static=True, default=0)
+    decision: Callable | None = eqx.field(static=True, default=None)
+    replay: Callable | None = eqx.field(static=True, default=None)
     num_steps: int | None = eqx.field(static=True, default=None)
 
     def going(self, params: Any, carry: Any) -> Any:

@@ -8,6 +8,7 @@
 
 from adjoints import (
     AbstractAdjoint as AbstractAdjoint,
+    DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )

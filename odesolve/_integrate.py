@@ -506,6 +506,8 @@ def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint,
         max_steps=max_steps,
         max_emits=_max_emits(config, params, max_steps),
         num_steps=num_steps,
+        decision=(lambda s: s.t_next) if config.needs_error else None,
+        replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
     )
     final, buffers = adjoint.run_loop(loop, params, init, _buffers(config, params, time_dtype))
     result = _final_result(config, params, final)

@@ -99,8 +99,9 @@ def _next_checkpoint_traced(base, target, free):
     reps, reach = lax.while_loop(
         lambda s: s[1] < ticks, lambda s: grow(s), (jnp.int32(0), jnp.int32(1))
     )
-    return _split_traced(jnp.asarray(base, jnp.int32), jnp.asarray(target, jnp.int32), f,
-                         reps, reach)
+    return _split_traced(
+        jnp.asarray(base, jnp.int32), jnp.asarray(target, jnp.int32), f, reps, reach
+    )
 
 
 def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
