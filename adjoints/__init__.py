@@ -6,10 +6,12 @@ and its inputs, and gets back the final carry and the buffers the body wrote.
 
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
+    BacksolveAdjoint as BacksolveAdjoint,
     DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
+from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._closure import (
     JaxprClosure as JaxprClosure,
     TrivialClosure as TrivialClosure,

@@ -13,13 +13,14 @@ Memory and recomputation (n ticks, |c| bytes per carry):
 """
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
+from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
@@ -31,7 +32,14 @@ DEFAULT_MEMORY_BUDGET = (
 
 
 class AbstractAdjoint(eqx.Module):
-    """Runs a `Loop`. Subclasses choose the differentiation strategy."""
+    """Runs a `Loop`. Subclasses choose the differentiation strategy.
+
+    A *continuous* adjoint (`continuous = True`) also needs the ODE itself: the solver
+    then calls `run_continuous(loop, problem, params, init, buffers)` with a
+    `ContinuousProblem` instead of `run_loop`.
+    """
+
+    continuous: ClassVar[bool] = False
 
     def run_loop(
         self, loop: Loop, params: Any, init: Any, buffers: tuple
@@ -97,3 +105,28 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
 
     def run_loop(self, loop, params, init, buffers):
         return checkpointed_loop(loop, self.schedule(loop, init), params, init, buffers)
+
+
+class BacksolveAdjoint(AbstractAdjoint):
+    """Continuous adjoint: solve the adjoint ODE backwards in time (Chen et al. 2018).
+
+    Memory O(number of save times), whatever the number of steps; gradients approximate
+    (as accurate as the tolerances) and possibly poor for problems unstable backwards.
+    Supports `SaveAt(t0, t1, ts)` only, and no gradients with respect to the times.
+
+    - `seminorm`: measure the backward solve's error on the state and its adjoint only,
+      not on the parameter-gradient channels (Kidger, Chen and Lyons 2021): typically
+      40% fewer steps for the same gradient accuracy.
+    - `solver`, `stepsize_controller`: for the backward solve (default: the forward's).
+    """
+
+    continuous: ClassVar[bool] = True
+    seminorm: bool = True
+    solver: Any = None
+    stepsize_controller: Any = None
+
+    def run_loop(self, loop, params, init, buffers):
+        raise ValueError("BacksolveAdjoint needs the ODE: call it through diffeqsolve.")
+
+    def run_continuous(self, loop: Loop, problem: ContinuousProblem, params, init, buffers):
+        return backsolve_loop(loop, problem, params, init, buffers, self.seminorm)

@@ -121,7 +121,15 @@ def _forward(loop, schedule, params, init, buffers):
             prev = jtu.tree_map(lambda a, b: jnp.where(due, a, b), carry, prev)
         carry, writes = loop.emit(params, carry)
         decisions = decide(decisions, k, carry)
-        ticks = (k + due.astype(jnp.int32), carry, prev, slots, slot_index, sched, decisions)
+        ticks = (
+            k + due.astype(jnp.int32),
+            carry,
+            prev,
+            slots,
+            slot_index,
+            sched,
+            decisions,
+        )
         return ticks, apply_writes(bufs, writes)
 
     first = None if taping else init

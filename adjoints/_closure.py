@@ -72,7 +72,7 @@ class JaxprClosure(eqx.Module):
 
     def __call__(self, *args):
         _check_call(self.in_record, args, "fn")
-        flat = [x for x in jtu.tree_leaves(args)]
+        flat = jtu.tree_leaves(eqx.filter(args, eqx.is_array))
         out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *flat)
         return jtu.tree_unflatten(self.out_treedef, out)
 
@@ -81,26 +81,28 @@ def closure_convert(fn: Callable, *example_args: Any) -> TrivialClosure | JaxprC
     """Make every array `fn` uses when called on `example_args` an explicit leaf.
 
     `example_args` may be arrays or `jax.ShapeDtypeStruct`s; they fix the call structure.
-    Non-array leaves of `example_args` must be hashable: they are recorded statically.
+    Non-array leaves of `example_args` (a function or a string in `args`) are recorded
+    statically and must be hashable; later calls must pass the same ones.
     """
     record = shape_record(example_args)
+    dynamic_args, static_args = eqx.partition(example_args, eqx.is_array)
     fn_leaves, fn_def = jtu.tree_flatten(fn)
     dynamic = [i for i, x in enumerate(fn_leaves) if eqx.is_array(x)]
 
-    def with_explicit_leaves(fn_arrays, *args):
+    def with_explicit_leaves(fn_arrays, args):
         leaves = list(fn_leaves)
         for i, x in zip(dynamic, fn_arrays, strict=True):
             leaves[i] = x
-        return jtu.tree_unflatten(fn_def, leaves)(*args)
+        return jtu.tree_unflatten(fn_def, leaves)(*eqx.combine(args, static_args))
 
     fn_arrays = [fn_leaves[i] for i in dynamic]
     closed, out_shape = jax.make_jaxpr(with_explicit_leaves, return_shape=True)(
-        fn_arrays, *example_args
+        fn_arrays, dynamic_args
     )
     if not closed.consts:
         return TrivialClosure(fn, record)
     # Something was captured from a closure. Trace again with only `args` explicit so the
     # captured values, and `fn`'s own arrays, all become consts.
-    closed = jax.make_jaxpr(lambda *a: fn(*a))(*example_args)
+    closed = jax.make_jaxpr(lambda a: fn(*eqx.combine(a, static_args)))(dynamic_args)
     out_treedef = jtu.tree_structure(out_shape)
     return JaxprClosure(closed.jaxpr, list(closed.consts), record, out_treedef)

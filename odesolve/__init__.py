@@ -1,13 +1,14 @@
 """odesolve: differentiable ODE solvers in JAX, with Diffrax's API.
 
-    import odesolve as ode
-    sol = ode.diffeqsolve(ode.ODETerm(f), ode.Tsit5(), t0, t1, dt0, y0, args,
-                          saveat=ode.SaveAt(ts=ts),
-                          stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6))
+import odesolve as ode
+sol = ode.diffeqsolve(ode.ODETerm(f), ode.Tsit5(), t0, t1, dt0, y0, args,
+                      saveat=ode.SaveAt(ts=ts),
+                      stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6))
 """
 
 from adjoints import (
     AbstractAdjoint as AbstractAdjoint,
+    BacksolveAdjoint as BacksolveAdjoint,
     DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,

@@ -18,9 +18,16 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, Write, closure_convert
+from adjoints import (
+    AbstractAdjoint,
+    Loop,
+    RecursiveCheckpointAdjoint,
+    Write,
+    closure_convert,
+)
 
 from ._controller._base import AbstractStepSizeController
+from ._continuous import check_supported, continuous_problem
 from ._controller.constant import ConstantStepSize, StepTo
 from ._flat import FlatSpec, flat_spec
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
@@ -84,6 +91,7 @@ class _Params(eqx.Module):
     clip_floor: Any  # a step ending above this ends at t_end (no sliver steps)
     save_ts: Any  # tau-space save times, or None
     direction: Any
+    dt0: Any  # tau-space first step, or None
 
 
 class State(eqx.Module):
@@ -152,8 +160,14 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error
     )
     proposal = params.controller.adapt(
-        t0, t1, state.y, step.y1, step.y_error, state.controller_state,
-        config.solver.error_order(), config.spec,
+        t0,
+        t1,
+        state.y,
+        step.y1,
+        step.y_error,
+        state.controller_state,
+        config.solver.error_order(),
+        config.spec,
     )
     accept = jnp.asarray(proposal.accept)
     t_new = jnp.where(accept, t1, t0)
@@ -254,13 +268,17 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
         scratch = config.max_steps // config.save_every
         row = jnp.where(due, state.steps_row, scratch)
         writes.append(Write(row, (t_user, config.steps_spec.ravel(saved))))
-        updates.update(steps_row=state.steps_row + due.astype(jnp.int32), steps_due=jnp.zeros_like(due))
+        updates.update(
+            steps_row=state.steps_row + due.astype(jnp.int32), steps_due=jnp.zeros_like(due)
+        )
     if config.save_dense:
         due = state.dense_due
         t0, y0, stages = state.row
         row = jnp.where(due, state.dense_row, config.max_steps)
         writes.append(Write(row, (t0, state.t, y0, stages)))
-        updates.update(dense_row=state.dense_row + due.astype(jnp.int32), dense_due=jnp.zeros_like(due))
+        updates.update(
+            dense_row=state.dense_row + due.astype(jnp.int32), dense_due=jnp.zeros_like(due)
+        )
     state = eqx.tree_at(
         lambda s: tuple(getattr(s, k) for k in updates), state, tuple(updates.values())
     )
@@ -315,8 +333,15 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
     vf, args = params.vf, params.args
     k0 = vf(params.t_start, y0, args)
     t_next, controller_state = params.controller.init(
-        vf, params.t_start, params.t_end, y0, k0, dt0, args,
-        config.solver.error_order(), config.spec,
+        vf,
+        params.t_start,
+        params.t_end,
+        y0,
+        k0,
+        dt0,
+        args,
+        config.solver.error_order(),
+        config.spec,
     )
     t_next = jnp.minimum(t_next, params.t_end)
     t_next = jnp.where(t_next > params.clip_floor, params.t_end, t_next)
@@ -409,7 +434,9 @@ def _outputs(config, params, y0, final, buffers):
     if config.save_dense:
         t_start, t_end, y_rows, stage_rows = buffers.pop(0)
         rows = StepRows(t_start, t_end, y_rows, stage_rows, final.dense_row)
-        dense = DenseInterpolation(rows, config.interp, spec, d, d * params.t_start, d * final.t)
+        dense = DenseInterpolation(
+            rows, config.interp, spec, d, d * params.t_start, d * final.t
+        )
     if not parts:
         return None, None, dense
     ts = jnp.concatenate([p[0] for p in parts])
@@ -466,16 +493,43 @@ def diffeqsolve(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps
     )
     return _solve(
-        inputs.terms, solver, inputs.t0, inputs.t1, inputs.dt0, inputs.y0, args,
-        saveat=saveat, controller=stepsize_controller, adjoint=adjoint,
-        max_steps=max_steps, throw=throw, meter=progress_meter,
-        direction=inputs.direction, num_steps=inputs.num_steps,
+        inputs.terms,
+        solver,
+        inputs.t0,
+        inputs.t1,
+        inputs.dt0,
+        inputs.y0,
+        args,
+        saveat=saveat,
+        controller=stepsize_controller,
+        adjoint=adjoint,
+        max_steps=max_steps,
+        throw=throw,
+        meter=progress_meter,
+        direction=inputs.direction,
+        num_steps=inputs.num_steps,
     )
 
 
 @eqx.filter_jit
-def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint, max_steps,
-           throw, meter, direction, num_steps):
+def _solve(
+    terms,
+    solver,
+    t0,
+    t1,
+    dt0,
+    y0,
+    args,
+    *,
+    saveat,
+    controller,
+    adjoint,
+    max_steps,
+    throw,
+    meter,
+    direction,
+    num_steps,
+):
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
         direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
@@ -485,17 +539,25 @@ def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint,
     field = _FlatField(terms, spec, direction)
     vf = closure_convert(field, tau0, y0_flat, args)
     meter_key, meter_last = meter.init() if meter.active else (0, None)
-    config = _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0,
-                          t0, args)
+    config = _make_config(
+        solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args
+    )
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
         save_ts = jnp.append(direction * jnp.asarray(saveat.ts, time_dtype), jnp.inf)
     span = jnp.maximum(jnp.abs(tau0), jnp.abs(tau1))
     params = _Params(
-        vf=vf, args=args, controller=controller.wrap(direction), t_start=tau0, t_end=tau1,
-        clip_floor=tau1 - 100 * jnp.spacing(span), save_ts=save_ts, direction=direction,
+        vf=vf,
+        args=args,
+        controller=controller.wrap(direction),
+        t_start=tau0,
+        t_end=tau1,
+        clip_floor=tau1 - 100 * jnp.spacing(span),
+        save_ts=save_ts,
+        direction=direction,
+        dt0=None if dt0 is None else direction * dt0,
     )
-    dt0_tau = None if dt0 is None else direction * dt0
+    dt0_tau = params.dt0
     initial_result = _runtime_input_checks(params, dt0_tau)
     init = _initial_state(config, params, y0_flat, dt0_tau, initial_result, meter_last)
     loop = Loop(
@@ -509,7 +571,13 @@ def _solve(terms, solver, t0, t1, dt0, y0, args, *, saveat, controller, adjoint,
         decision=(lambda s: s.t_next) if config.needs_error else None,
         replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
     )
-    final, buffers = adjoint.run_loop(loop, params, init, _buffers(config, params, time_dtype))
+    buffers = _buffers(config, params, time_dtype)
+    if adjoint.continuous:
+        check_supported(saveat)
+        problem = continuous_problem(adjoint, solver, max_steps, throw)
+        final, buffers = adjoint.run_continuous(loop, problem, params, init, buffers)
+    else:
+        final, buffers = adjoint.run_loop(loop, params, init, buffers)
     result = _final_result(config, params, final)
     ts, ys, dense = _outputs(config, params, y0_flat, final, buffers)
     if config.meter.active:
@@ -536,8 +604,9 @@ def _max_emits(config, params, max_steps):
     return emits
 
 
-def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0,
-                 args):
+def _make_config(
+    solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args
+):
     every = saveat.every
     if (every or saveat.dense) and max_steps is None:
         raise ValueError(
@@ -556,11 +625,19 @@ def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, 
             "such as Tsit5()."
         )
     return _Config(
-        solver=solver, spec=spec, saveat_fn=saveat.fn, save_t0=bool(saveat.t0),
-        save_t1=bool(saveat.t1), save_every=every, save_dense=bool(saveat.dense),
+        solver=solver,
+        spec=spec,
+        saveat_fn=saveat.fn,
+        save_t0=bool(saveat.t0),
+        save_t1=bool(saveat.t1),
+        save_every=every,
+        save_dense=bool(saveat.dense),
         save_ts=saveat.ts is not None,
-        steps_spec=steps_spec, max_steps=max_steps, meter=meter,
-        meter_key=meter_key, needs_error=controller.needs_error,
+        steps_spec=steps_spec,
+        max_steps=max_steps,
+        meter=meter,
+        meter_key=meter_key,
+        needs_error=controller.needs_error,
         jumps=controller.jump_ts is not None,
     )
 

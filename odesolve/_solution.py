@@ -42,7 +42,9 @@ class StepRows(eqx.Module):
         h = t_end - t_start
         theta = (tau - t_start) / jnp.where(h == 0, 1, h)
         weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
-        y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
+        y = self.y0[index] + h[:, None] * jnp.einsum(
+            "ms,msn->mn", weights, self.stages[index]
+        )
         return jnp.where(found[:, None], y, jnp.inf)
 
     def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
@@ -77,7 +79,9 @@ class DenseInterpolation(eqx.Module):
         """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array."""
         if t1 is not None:
             return jax.tree_util.tree_map(
-                lambda a, b: b - a, self.evaluate(t0, left=left), self.evaluate(t1, left=left)
+                lambda a, b: b - a,
+                self.evaluate(t0, left=left),
+                self.evaluate(t1, left=left),
             )
         t, tau = self._tau(t0)
         return self._shape_like(t, self.rows.evaluate(self.interp, tau))

@@ -59,7 +59,9 @@ def _normalise_y0(y0: Any) -> Any:
             )
         leaf = jnp.asarray(leaf)
         if jnp.iscomplexobj(leaf):
-            raise TypeError(f"{where} is complex ({leaf.dtype}); only real states are supported.")
+            raise TypeError(
+                f"{where} is complex ({leaf.dtype}); only real states are supported."
+            )
         out.append(leaf.astype(_float_dtype(leaf.dtype)))
     return jtu.tree_unflatten(treedef, out)
 
@@ -119,7 +121,7 @@ def _check_save_ts(ts, c0, c1):
 def _check_vector_field(terms, t0, y0, args):
     """The vector field must return the structure and shapes of y0 (checked by tracing)."""
     try:
-        out = jax.eval_shape(terms.vf, t0, y0, args)
+        out = eqx.filter_eval_shape(terms.vf, t0, y0, args)
     except TypeError as e:
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
     expected = jax.eval_shape(lambda: y0)
@@ -142,8 +144,12 @@ def normalise_inputs(
             f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt."
         )
     if not hasattr(solver, "tableau"):
-        raise TypeError(f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5()).")
-    if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
+        raise TypeError(
+            f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5())."
+        )
+    if max_steps is not None and (
+        not isinstance(max_steps, (int, np.integer)) or max_steps < 1
+    ):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller)
@@ -159,4 +165,3 @@ def normalise_inputs(
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
     num_steps = controller.num_steps(c0, c1, _concrete(dt0) if dt0 is not None else None)
     return Inputs(terms, t0, t1, dt0, y0, direction, num_steps)
-

@@ -107,8 +107,10 @@ class PIDController(AbstractStepSizeController):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
         scale = self.atol + jnp.abs(y0) * self.rtol
-        norm = (lambda x: jnp.sqrt(jnp.mean(jnp.square(x)))) if self.norm is None else (
-            lambda x: self.norm(spec.unravel(x))
+        norm = (
+            (lambda x: jnp.sqrt(jnp.mean(jnp.square(x))))
+            if self.norm is None
+            else (lambda x: self.norm(spec.unravel(x)))
         )
         d0, d1 = norm(y0 / scale), norm(k0 / scale)
         tiny = (d0 < 1e-5) | (d1 < 1e-5)

@@ -1,0 +1,110 @@
+"""What a continuous adjoint (`BacksolveAdjoint`) needs to know about a solve.
+
+The adjoint package never imports odesolve: this module describes the ODE to it as an
+`adjoints.ContinuousProblem`, including a function that solves any other ODE (the adjoint
+system) with the same solver and step-size controller.
+"""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+from adjoints import ContinuousProblem, ForwardMode
+
+from ._controller.pid import PIDController
+from ._saveat import SaveAt, save_y
+from ._term import ODETerm
+
+
+def check_supported(saveat: SaveAt) -> None:
+    if saveat.steps or saveat.dense or saveat.fn is not save_y:
+        raise ValueError(
+            "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only, not steps, "
+            "dense or fn: its backward solve restarts from the saved states. Use "
+            "RecursiveCheckpointAdjoint() (the default) for those."
+        )
+
+
+def _zeros_float(tree):
+    return jtu.tree_map(
+        lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree
+    )
+
+
+def _is_none(x):
+    return x is None
+
+
+def _seminorm(z):
+    """RMS over the state and its adjoint, ignoring the parameter-gradient channels."""
+    y, a, _ = z
+    return jnp.sqrt((jnp.sum(y**2) + jnp.sum(a**2)) / (y.size + a.size))
+
+
+def _backward_controller(adjoint, controller, seminorm):
+    controller = adjoint.stepsize_controller or controller
+    if isinstance(controller, PIDController):
+        # Save/jump times are in the forward solve's time; the backward solve does not
+        # need them to land anywhere.
+        controller = eqx.tree_at(
+            lambda c: (c.step_ts, c.jump_ts, c.norm),
+            controller,
+            (None, None, _seminorm if seminorm else None),
+            is_leaf=_is_none,
+        )
+    return controller
+
+
+def continuous_problem(adjoint, solver, max_steps, throw):
+    """Everything that is an array (the controller's tolerances, dt0) is read from the
+    loop's `params` when needed, never closed over: the adjoint calls these functions
+    in its backward pass, outside the forward pass's trace."""
+    # Imported here: diffeqsolve is what this problem uses to solve the adjoint system.
+    from ._integrate import diffeqsolve
+
+    def integrate(field, theta, z0, t0, t1, seminorm, params):
+        step = None if params.dt0 is None else -jnp.abs(params.dt0)
+        controller = _backward_controller(adjoint, params.controller, seminorm)
+        sol = diffeqsolve(
+            ODETerm(lambda t, z, th: field(th, t, z)),
+            adjoint.solver or solver,
+            t0,
+            t1,
+            step,
+            z0,
+            theta,
+            saveat=SaveAt(t1=True),
+            stepsize_controller=controller,
+            adjoint=ForwardMode(),
+            max_steps=max_steps,
+            throw=throw,
+        )
+        return jtu.tree_map(lambda x: x[0], sol.ys)
+
+    def saved(buffers, ct_buffers, params):
+        if params.save_ts is None:
+            return None, None, None
+        ys = buffers[0][:-1]
+        ct = None if ct_buffers is None else ct_buffers[0]
+        ct_ys = jnp.zeros_like(ys) if ct is None else ct[:-1]
+        return params.save_ts[:-1], ys, ct_ys
+
+    def with_theta_cotangent(params, ct_theta):
+        return eqx.tree_at(
+            lambda p: (p.vf, p.args), _zeros_float(params), ct_theta, is_leaf=_is_none
+        )
+
+    def with_y_cotangent(init, ct_y):
+        return eqx.tree_at(lambda s: s.y, _zeros_float(init), ct_y, is_leaf=_is_none)
+
+    return ContinuousProblem(
+        field=lambda theta, t, y: theta[0](t, y, theta[1]),
+        theta_of=lambda params: (params.vf, params.args),
+        with_theta_cotangent=with_theta_cotangent,
+        times_of=lambda p: (p.t_start, p.t_end, p.save_ts),
+        y_of=lambda carry: carry.y,
+        with_y_cotangent=with_y_cotangent,
+        saved=saved,
+        t_start=lambda params: params.t_start,
+        integrate=integrate,
+    )
