@@ -6,21 +6,41 @@ and its inputs, and gets back the final carry and the buffers the body wrote.
 
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
+)
+from ._adjoint import (
     BacksolveAdjoint as BacksolveAdjoint,
+)
+from ._adjoint import (
     DirectAdjoint as DirectAdjoint,
+)
+from ._adjoint import (
     ForwardMode as ForwardMode,
+)
+from ._adjoint import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
 from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._closure import (
     JaxprClosure as JaxprClosure,
+)
+from ._closure import (
     TrivialClosure as TrivialClosure,
+)
+from ._closure import (
     closure_convert as closure_convert,
+)
+from ._closure import (
     shape_record as shape_record,
 )
 from ._loop import (
     Loop as Loop,
+)
+from ._loop import (
     Write as Write,
+)
+from ._loop import (
     apply_writes as apply_writes,
+)
+from ._loop import (
     run_plain as run_plain,
 )

@@ -3,13 +3,14 @@
 The solver builds a `Loop` and calls `adjoint.run_loop(loop, params, init, buffers)`;
 nothing here knows about ODEs.
 
-Memory and recomputation (n ticks, |c| bytes per carry):
+Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition number):
 
-| strategy                               | memory       | forward ticks per reverse tick |
-|----------------------------------------|--------------|--------------------------------|
-| taping (checkpoints >= n)              | n |c|        | 1 (inside the VJP)             |
-| binomial, s slots (n known)            | s |c|        | 1 + t - beta(s+1,t-1)/n, t = repetition number |
-| online, s slots (n unknown)            | s |c|        | about the binomial figure for gaps of 2n/s ticks |
+- taping (checkpoints >= n): n |c| bytes; each reverse tick costs one VJP, which
+  evaluates the tick once more inside it, and nothing is recomputed.
+- binomial, s slots (n known): s |c| bytes; t n - beta(s + 1, t - 1) ticks are
+  recomputed in all (Griewank), plus the VJPs.
+- online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
+  2 n / s ticks with the slots free at the time.
 """
 
 import math
@@ -26,9 +27,7 @@ from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._schedule import Online, Revolve, Tape
 
-DEFAULT_MEMORY_BUDGET = (
-    64 * 2**20
-)  # bytes of stored loop states; see RecursiveCheckpointAdjoint
+DEFAULT_MEMORY_BUDGET = 64 * 2**20  # bytes of stored loop states; see RecursiveCheckpointAdjoint
 
 
 class AbstractAdjoint(eqx.Module):
@@ -41,9 +40,7 @@ class AbstractAdjoint(eqx.Module):
 
     continuous: ClassVar[bool] = False
 
-    def run_loop(
-        self, loop: Loop, params: Any, init: Any, buffers: tuple
-    ) -> tuple[Any, tuple]:
+    def run_loop(self, loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
         raise NotImplementedError  # abstract
 
 

@@ -18,7 +18,6 @@ The solver hands over a `ContinuousProblem`; this module never sees an ODE other
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -58,9 +57,7 @@ class ContinuousProblem(eqx.Module):
 
 
 def _zeros_like_float(tree):
-    return jtu.tree_map(
-        lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree
-    )
+    return jtu.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree)
 
 
 @eqx.filter_custom_vjp
@@ -98,9 +95,7 @@ def _augmented_field(problem):
 
 
 @_backsolve_loop.def_bwd
-def _bwd(
-    residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, problem, seminorm
-):
+def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, problem, seminorm):
     final, out_buffers = residuals
     params, init = params_and_init
     ct_final, ct_buffers = grad_obj
@@ -127,15 +122,11 @@ def _bwd(
         points = (save_ts[::-1], ys[::-1], ct_ys[::-1])
         state, _ = lax.scan(back, state, points)
     t_last, y_last, a, g = state
-    _, a, g = problem.integrate(
-        augmented, theta, (y_last, a, g), t_last, t_start, seminorm, params
-    )
+    _, a, g = problem.integrate(augmented, theta, (y_last, a, g), t_last, t_start, seminorm, params)
     ct_params = problem.with_theta_cotangent(params, g)
     ct_init = problem.with_y_cotangent(init, a)
     return ct_params, ct_init
 
 
 def backsolve_loop(loop: Loop, problem: ContinuousProblem, params, init, buffers, seminorm):
-    return _backsolve_loop(
-        (params, init), buffers, loop=loop, problem=problem, seminorm=seminorm
-    )
+    return _backsolve_loop((params, init), buffers, loop=loop, problem=problem, seminorm=seminorm)

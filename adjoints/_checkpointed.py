@@ -171,19 +171,13 @@ class _Packing(eqx.Module):
 
     def sizes(self):
         f = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if self._is_float(d))
-        i = sum(
-            math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d)
-        )
+        i = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d))
         return f, i
 
     def pack(self, carry):
         leaves = jtu.tree_leaves(carry)
-        floats = [
-            jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)
-        ]
-        ints = [
-            jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)
-        ]
+        floats = [jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)]
+        ints = [jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)]
         cat = lambda xs, d: jnp.concatenate(xs) if xs else jnp.zeros((0,), d)
         return cat(floats, self.float_dtype), cat(ints, jnp.int32)
 
@@ -220,6 +214,15 @@ def _get(slots, i, packing):
 # --------------------------------------------------------------------------- reverse
 
 
+def _read_row(buffer, row):
+    return jtu.tree_map(lambda b: b[row], buffer)
+
+
+def _clear_row(buffer, row):
+    """A write's cotangent is taken once: earlier writes to the row were overwritten."""
+    return jtu.tree_map(lambda b: b.at[row].set(0), buffer)
+
+
 def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers):
     """Cotangents of (params, carry) for one tick, given those of its outputs.
 
@@ -233,18 +236,11 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers):
     def emit_vjp(ct_buffers):
         def emit(pf, cf):
             new, writes = loop.emit(*whole(pf, cf))
-            return (_split(new)[0], tuple(w.value for w in writes)), tuple(
-                w.row for w in writes
-            )
+            return (_split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
 
         _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
-        ct_values = tuple(
-            jtu.tree_map(lambda b: b[row], ct_b) for row, ct_b in zip(rows, ct_buffers)
-        )
-        ct_buffers = tuple(
-            jtu.tree_map(lambda b: b.at[row].set(0), ct_b)
-            for row, ct_b in zip(rows, ct_buffers)
-        )
+        ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_buffers))
+        ct_buffers = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_buffers))
         ct_params, ct_carry = pullback((_split(ct_next)[0], ct_values))
         return ct_params, ct_carry, ct_buffers
 
@@ -291,9 +287,7 @@ def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing
 
     def outer(state):
         inner, ct_bufs = state
-        k, ct_carry, ct_params = lax.while_loop(
-            lambda s: is_step(s[0]), lambda s: steps(s), inner
-        )
+        k, ct_carry, ct_params = lax.while_loop(lambda s: is_step(s[0]), lambda s: steps(s), inner)
 
         def emit(args):
             ct_carry, ct_params, ct_bufs = args
@@ -308,9 +302,7 @@ def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing
         return (k - 1, ct_carry, ct_params), ct_bufs
 
     state = ((n - 1, ct_final, zero_params), ct_buffers)
-    (_, ct_init, ct_params), _ = lax.while_loop(
-        lambda s: s[0][0] >= 0, lambda s: outer(s), state
-    )
+    (_, ct_init, ct_params), _ = lax.while_loop(lambda s: s[0][0] >= 0, lambda s: outer(s), state)
     return ct_params, ct_init
 
 

@@ -87,9 +87,7 @@ def apply_writes(buffers: tuple, writes: tuple) -> tuple:
 
     def put(buffer, write):
         return jtu.tree_map(
-            lambda b, v: lax.dynamic_update_index_in_dim(
-                b, jnp.asarray(v, b.dtype), write.row, 0
-            ),
+            lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), write.row, 0),
             buffer,
             write.value,
         )

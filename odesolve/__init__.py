@@ -8,39 +8,80 @@ sol = ode.diffeqsolve(ode.ODETerm(f), ode.Tsit5(), t0, t1, dt0, y0, args,
 
 from adjoints import (
     AbstractAdjoint as AbstractAdjoint,
+)
+from adjoints import (
     BacksolveAdjoint as BacksolveAdjoint,
+)
+from adjoints import (
     DirectAdjoint as DirectAdjoint,
+)
+from adjoints import (
     ForwardMode as ForwardMode,
+)
+from adjoints import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
 
 from ._controller import (
     AbstractStepSizeController as AbstractStepSizeController,
+)
+from ._controller import (
     ConstantStepSize as ConstantStepSize,
+)
+from ._controller import (
     PIDController as PIDController,
+)
+from ._controller import (
     StepTo as StepTo,
+)
+from ._controller import (
     rms_norm as rms_norm,
 )
 from ._integrate import diffeqsolve as diffeqsolve
 from ._progress_meter import (
     AbstractProgressMeter as AbstractProgressMeter,
+)
+from ._progress_meter import (
     NoProgressMeter as NoProgressMeter,
+)
+from ._progress_meter import (
     TextProgressMeter as TextProgressMeter,
+)
+from ._progress_meter import (
     TqdmProgressMeter as TqdmProgressMeter,
 )
 from ._results import RESULTS as RESULTS
 from ._saveat import SaveAt as SaveAt
-from ._solution import DenseInterpolation as DenseInterpolation, Solution as Solution
+from ._solution import DenseInterpolation as DenseInterpolation
+from ._solution import Solution as Solution
 from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
+)
+from ._solver import (
     Bosh3 as Bosh3,
+)
+from ._solver import (
     ButcherTableau as ButcherTableau,
+)
+from ._solver import (
     Dopri5 as Dopri5,
+)
+from ._solver import (
     Dopri8 as Dopri8,
+)
+from ._solver import (
     Euler as Euler,
+)
+from ._solver import (
     Heun as Heun,
+)
+from ._solver import (
     Midpoint as Midpoint,
+)
+from ._solver import (
     Ralston as Ralston,
+)
+from ._solver import (
     Tsit5 as Tsit5,
 )
 from ._term import ODETerm as ODETerm

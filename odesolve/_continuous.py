@@ -26,9 +26,7 @@ def check_supported(saveat: SaveAt) -> None:
 
 
 def _zeros_float(tree):
-    return jtu.tree_map(
-        lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree
-    )
+    return jtu.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree)
 
 
 def _is_none(x):

@@ -16,7 +16,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-import numpy as np
 
 from adjoints import (
     AbstractAdjoint,
@@ -26,9 +25,9 @@ from adjoints import (
     closure_convert,
 )
 
-from ._controller._base import AbstractStepSizeController
 from ._continuous import check_supported, continuous_problem
-from ._controller.constant import ConstantStepSize, StepTo
+from ._controller._base import AbstractStepSizeController
+from ._controller.constant import ConstantStepSize
 from ._flat import FlatSpec, flat_spec
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
@@ -148,17 +147,13 @@ def _start_derivative(config, params, state):
     if not config.jumps:
         return state.k0
     t_after = jnp.nextafter(state.t, jnp.inf)  # the right limit at a discontinuity
-    return jax.lax.cond(
-        state.made_jump, lambda: vf(t_after, state.y, args), lambda: state.k0
-    )
+    return jax.lax.cond(state.made_jump, lambda: vf(t_after, state.y, args), lambda: state.k0)
 
 
 def _step(config: _Config, params: _Params, state: State) -> State:
     t0, t1 = state.t, state.t_next
     k0 = _start_derivative(config, params, state)
-    step = config.solver.step(
-        params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error
-    )
+    step = config.solver.step(params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error)
     proposal = params.controller.adapt(
         t0,
         t1,
@@ -434,9 +429,7 @@ def _outputs(config, params, y0, final, buffers):
     if config.save_dense:
         t_start, t_end, y_rows, stage_rows = buffers.pop(0)
         rows = StepRows(t_start, t_end, y_rows, stage_rows, final.dense_row)
-        dense = DenseInterpolation(
-            rows, config.interp, spec, d, d * params.t_start, d * final.t
-        )
+        dense = DenseInterpolation(rows, config.interp, spec, d, d * params.t_start, d * final.t)
     if not parts:
         return None, None, dense
     ts = jnp.concatenate([p[0] for p in parts])
@@ -588,9 +581,7 @@ def _solve(
         "num_rejected_steps": final.num_rejected,
         "max_steps": max_steps,
     }
-    sol = Solution(
-        t0=t0, t1=t1, ts=ts, ys=ys, stats=stats, result=result, interpolation=dense
-    )
+    sol = Solution(t0=t0, t1=t1, ts=ts, ys=ys, stats=stats, result=result, interpolation=dense)
     if throw:
         sol = _raise_if_failed(sol, result)
     return sol
@@ -604,9 +595,7 @@ def _max_emits(config, params, max_steps):
     return emits
 
 
-def _make_config(
-    solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args
-):
+def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args):
     every = saveat.every
     if (every or saveat.dense) and max_steps is None:
         raise ValueError(

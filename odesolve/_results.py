@@ -52,8 +52,7 @@ _MESSAGES = {
         "(dt0 > 0 when t1 > t0, dt0 < 0 when t1 < t0)."
     ),
     RESULTS.invalid_save_times: (
-        "`SaveAt(ts=...)` must be sorted in the direction of integration and lie in "
-        "[t0, t1]."
+        "`SaveAt(ts=...)` must be sorted in the direction of integration and lie in [t0, t1]."
     ),
     RESULTS.event_occurred: "The solve stopped because an event occurred.",
 }

@@ -49,9 +49,7 @@ class SaveAt(eqx.Module):
                     f"SaveAt(ts=...) must be a non-empty 1-D array of times, got shape {shape}."
                 )
         if not isinstance(self.steps, (bool, int, np.integer)) or self.steps < 0:
-            raise ValueError(
-                f"SaveAt(steps={self.steps!r}): pass True, False or an int >= 1."
-            )
+            raise ValueError(f"SaveAt(steps={self.steps!r}): pass True, False or an int >= 1.")
 
     @property
     def every(self) -> int:

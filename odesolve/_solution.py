@@ -5,7 +5,6 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._flat import FlatSpec
@@ -42,9 +41,7 @@ class StepRows(eqx.Module):
         h = t_end - t_start
         theta = (tau - t_start) / jnp.where(h == 0, 1, h)
         weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
-        y = self.y0[index] + h[:, None] * jnp.einsum(
-            "ms,msn->mn", weights, self.stages[index]
-        )
+        y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
         return jnp.where(found[:, None], y, jnp.inf)
 
     def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:

@@ -59,9 +59,7 @@ def _normalise_y0(y0: Any) -> Any:
             )
         leaf = jnp.asarray(leaf)
         if jnp.iscomplexobj(leaf):
-            raise TypeError(
-                f"{where} is complex ({leaf.dtype}); only real states are supported."
-            )
+            raise TypeError(f"{where} is complex ({leaf.dtype}); only real states are supported.")
         out.append(leaf.astype(_float_dtype(leaf.dtype)))
     return jtu.tree_unflatten(treedef, out)
 
@@ -136,20 +134,12 @@ def _check_vector_field(terms, t0, y0, args):
         )
 
 
-def normalise_inputs(
-    terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
-) -> Inputs:
+def normalise_inputs(terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps) -> Inputs:
     if not isinstance(terms, ODETerm):
-        raise TypeError(
-            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt."
-        )
+        raise TypeError(f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.")
     if not hasattr(solver, "tableau"):
-        raise TypeError(
-            f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5())."
-        )
-    if max_steps is not None and (
-        not isinstance(max_steps, (int, np.integer)) or max_steps < 1
-    ):
+        raise TypeError(f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5()).")
+    if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller)

@@ -9,8 +9,14 @@ Griewank's binomial rule (`revolve.next_checkpoint`).
 from .online import Online as Online
 from .revolve import (
     Revolve as Revolve,
+)
+from .revolve import (
     beta as beta,
+)
+from .revolve import (
     forward_steps as forward_steps,
+)
+from .revolve import (
     next_checkpoint as next_checkpoint,
 )
 from .tape import Tape as Tape

@@ -22,9 +22,7 @@ class Online(eqx.Module):
 
     def __check_init__(self):
         if self.slots < 2:
-            raise ValueError(
-                f"Online(slots={self.slots}): online checkpointing needs >= 2."
-            )
+            raise ValueError(f"Online(slots={self.slots}): online checkpointing needs >= 2.")
 
     def init(self):
         return jnp.ones((), jnp.int32)  # the stride

@@ -66,9 +66,7 @@ def _split_traced(base, target, f, reps, reach):
     ticks = target + 1 - base
     b1 = reach * reps // (f + reps)
     b2 = jnp.where(f > 1, b1 * f // jnp.maximum(f + reps - 1, one), one)
-    b3 = jnp.where(
-        f == 1, 0, jnp.where(f > 2, b2 * (f - 1) // jnp.maximum(f + reps - 2, one), one)
-    )
+    b3 = jnp.where(f == 1, 0, jnp.where(f > 2, b2 * (f - 1) // jnp.maximum(f + reps - 2, one), one))
     b4 = b2 * (reps - 1) // f
     b5 = jnp.where(f < 3, 0, jnp.where(f > 3, b3 * (f - 2) // jnp.maximum(reps, one), one))
     return jnp.where(
@@ -129,8 +127,6 @@ class Revolve(eqx.Module):
     def store(self, k, pointer, slot_index):
         """Whether to store the state before tick k, its slot, and the new schedule
         state and slot table."""
-        positions = jnp.asarray(
-            sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32
-        )
+        positions = jnp.asarray(sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32)
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
         return store, pointer, slot_index, pointer + store.astype(jnp.int32)

@@ -1,3 +1,5 @@
 from ._base import AbstractStepSizeController as AbstractStepSizeController
-from .constant import ConstantStepSize as ConstantStepSize, StepTo as StepTo
-from .pid import PIDController as PIDController, rms_norm as rms_norm
+from .constant import ConstantStepSize as ConstantStepSize
+from .constant import StepTo as StepTo
+from .pid import PIDController as PIDController
+from .pid import rms_norm as rms_norm

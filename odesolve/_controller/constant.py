@@ -64,9 +64,7 @@ class StepTo(AbstractStepSizeController):
     def __check_init__(self):
         ts = np.asarray(self.ts) if not hasattr(self.ts, "aval") else None
         if ts is not None and (ts.ndim != 1 or len(ts) < 2):
-            raise ValueError(
-                f"StepTo(ts): ts must be 1-D with >= 2 times, got shape {ts.shape}"
-            )
+            raise ValueError(f"StepTo(ts): ts must be 1-D with >= 2 times, got shape {ts.shape}")
 
     def wrap(self, direction):
         return StepTo(jnp.asarray(self.ts) * direction)

@@ -4,9 +4,17 @@ from .dopri5 import Dopri5 as Dopri5
 from .dopri8 import Dopri8 as Dopri8
 from .explicit import (
     Bosh3 as Bosh3,
+)
+from .explicit import (
     Euler as Euler,
+)
+from .explicit import (
     Heun as Heun,
+)
+from .explicit import (
     Midpoint as Midpoint,
+)
+from .explicit import (
     Ralston as Ralston,
 )
 from .tsit5 import Tsit5 as Tsit5

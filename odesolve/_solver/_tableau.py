@@ -61,11 +61,7 @@ class ButcherTableau:
     @property
     def fsal(self) -> bool:
         """First same as last: the last stage is f(t1, y1), so it is the next step's first."""
-        return (
-            len(self.a) > 0
-            and self.c[-1] == 1
-            and tuple(self.a[-1]) + (0,) == tuple(self.b)
-        )
+        return len(self.a) > 0 and self.c[-1] == 1 and tuple(self.a[-1]) + (0,) == tuple(self.b)
 
     @property
     def interp_stages(self) -> tuple[int, ...]:

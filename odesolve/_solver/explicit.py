@@ -11,19 +11,13 @@ from ._tableau import ButcherTableau, hermite_interpolation, linear_interpolatio
 
 def _tableau(c, a, b, b_hat, order, interpolation):
     b_error = None if b_hat is None else tuple(x - y for x, y in zip(b, b_hat))
-    return ButcherTableau(
-        c=c, a=a, b=b, b_error=b_error, interp=interpolation(b), order=order
-    )
+    return ButcherTableau(c=c, a=a, b=b, b_error=b_error, interp=interpolation(b), order=order)
 
 
 _EULER = _tableau((0.0,), (), (1.0,), None, 1, linear_interpolation)
 _HEUN = _tableau((0.0, 1.0), ((1.0,),), (0.5, 0.5), (1.0, 0.0), 2, hermite_interpolation)
-_MIDPOINT = _tableau(
-    (0.0, 0.5), ((0.5,),), (0.0, 1.0), (1.0, 0.0), 2, hermite_interpolation
-)
-_RALSTON = _tableau(
-    (0.0, 2 / 3), ((2 / 3,),), (0.25, 0.75), (1.0, 0.0), 2, hermite_interpolation
-)
+_MIDPOINT = _tableau((0.0, 0.5), ((0.5,),), (0.0, 1.0), (1.0, 0.0), 2, hermite_interpolation)
+_RALSTON = _tableau((0.0, 2 / 3), ((2 / 3,),), (0.25, 0.75), (1.0, 0.0), 2, hermite_interpolation)
 _BOSH3 = _tableau(
     (0.0, 1 / 2, 3 / 4, 1.0),
     ((1 / 2,), (0.0, 3 / 4), (2 / 9, 1 / 3, 4 / 9)),
