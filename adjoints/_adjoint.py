@@ -39,6 +39,8 @@ class AbstractAdjoint(eqx.Module):
     """
 
     continuous: ClassVar[bool] = False
+    # A custom VJP cannot be forward-differentiated; the solver then runs the plain loop.
+    reverse_only: ClassVar[bool] = False
 
     def run_loop(self, loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
         raise NotImplementedError  # abstract
@@ -78,6 +80,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       64 MiB; under `vmap` it applies per sample).
     """
 
+    reverse_only: ClassVar[bool] = True
     checkpoints: int | None = None
     memory_budget: int = DEFAULT_MEMORY_BUDGET
 
@@ -118,6 +121,7 @@ class BacksolveAdjoint(AbstractAdjoint):
     """
 
     continuous: ClassVar[bool] = True
+    reverse_only: ClassVar[bool] = True
     seminorm: bool = True
     solver: Any = None
     stepsize_controller: Any = None

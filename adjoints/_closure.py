@@ -24,24 +24,25 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 
-def _strip(x: Any) -> Any:
-    # Weak types differ between a Python scalar and an array of the same dtype; the record
-    # should not (equinox#854 hit exactly this).
-    if eqx.is_array_like(x):
+def _strip(x: Any, numbers_by_value: bool) -> Any:
+    """Arrays (and, unless `numbers_by_value`, Python numbers) are recorded by shape and
+    dtype with weak types stripped: a weak and a strong float64 are the same input
+    (equinox#854 hit exactly this). Anything else is static and recorded by value."""
+    if eqx.is_array(x) or (eqx.is_array_like(x) and not numbers_by_value):
         x = jnp.asarray(x)
         return jax.ShapeDtypeStruct(x.shape, x.dtype)
     return x
 
 
-def shape_record(tree: Any) -> tuple[tuple[Any, ...], Any]:
+def shape_record(tree: Any, numbers_by_value: bool = False) -> tuple[tuple[Any, ...], Any]:
     """Static record of `tree`: its leaves as `ShapeDtypeStruct`s (or the static values
     themselves) and its treedef. Hashable."""
     leaves, treedef = jtu.tree_flatten(tree)
-    return tuple(_strip(x) for x in leaves), treedef
+    return tuple(_strip(x, numbers_by_value) for x in leaves), treedef
 
 
-def _check_call(record, args, name: str) -> None:
-    got = shape_record(args)
+def _check_call(record, args, name: str, numbers_by_value: bool = False) -> None:
+    got = shape_record(args, numbers_by_value)
     if got != record:
         raise TypeError(
             f"closure-converted `{name}` was called with arguments of structure {got}, "
@@ -55,6 +56,7 @@ class TrivialClosure(eqx.Module):
 
     fn: Callable
     in_record: tuple = eqx.field(static=True)
+    out_struct: Any = eqx.field(static=True)  # ShapeDtypeStructs of the output
 
     def __call__(self, *args):
         _check_call(self.in_record, args, getattr(self.fn, "__name__", "fn"))
@@ -67,14 +69,21 @@ class JaxprClosure(eqx.Module):
 
     jaxpr: Any = eqx.field(static=True)
     consts: list
+    # Python numbers in the arguments were baked into the jaxpr, so they are recorded by
+    # value: a conversion traced with `scale=1.0` must not silently run with 5.0.
     in_record: tuple = eqx.field(static=True)
-    out_treedef: Any = eqx.field(static=True)
+    out_struct: Any = eqx.field(static=True)
+
+    @property
+    def captures_tracers(self) -> bool:
+        """Whether it closed over values of an enclosing transformation."""
+        return any(isinstance(c, jax.core.Tracer) for c in self.consts)
 
     def __call__(self, *args):
-        _check_call(self.in_record, args, "fn")
+        _check_call(self.in_record, args, "fn", numbers_by_value=True)
         flat = jtu.tree_leaves(eqx.filter(args, eqx.is_array))
         out = jax.core.eval_jaxpr(self.jaxpr, self.consts, *flat)
-        return jtu.tree_unflatten(self.out_treedef, out)
+        return jtu.tree_unflatten(jtu.tree_structure(self.out_struct), out)
 
 
 def closure_convert(fn: Callable, *example_args: Any) -> TrivialClosure | JaxprClosure:
@@ -84,8 +93,9 @@ def closure_convert(fn: Callable, *example_args: Any) -> TrivialClosure | JaxprC
     Non-array leaves of `example_args` (a function or a string in `args`) are recorded
     statically and must be hashable; later calls must pass the same ones.
     """
-    record = shape_record(example_args)
     dynamic_args, static_args = eqx.partition(example_args, eqx.is_array)
+    if not jtu.tree_leaves(dynamic_args):
+        raise TypeError("closure_convert needs at least one array argument")
     fn_leaves, fn_def = jtu.tree_flatten(fn)
     dynamic = [i for i, x in enumerate(fn_leaves) if eqx.is_array(x)]
 
@@ -100,9 +110,9 @@ def closure_convert(fn: Callable, *example_args: Any) -> TrivialClosure | JaxprC
         fn_arrays, dynamic_args
     )
     if not closed.consts:
-        return TrivialClosure(fn, record)
+        return TrivialClosure(fn, shape_record(example_args), out_shape)
     # Something was captured from a closure. Trace again with only `args` explicit so the
     # captured values, and `fn`'s own arrays, all become consts.
     closed = jax.make_jaxpr(lambda a: fn(*eqx.combine(a, static_args)))(dynamic_args)
-    out_treedef = jtu.tree_structure(out_shape)
-    return JaxprClosure(closed.jaxpr, list(closed.consts), record, out_treedef)
+    record = shape_record(example_args, numbers_by_value=True)
+    return JaxprClosure(closed.jaxpr, list(closed.consts), record, out_shape)

@@ -28,8 +28,14 @@ def lotka_volterra(t, y, args):
 @jax.jit
 def solve(y0, args, ts, rtol):
     return ode.diffeqsolve(
-        ode.ODETerm(lotka_volterra), ode.Tsit5(), t0=ts[0], t1=ts[-1], dt0=0.01, y0=y0,
-        args=args, saveat=ode.SaveAt(ts=ts, dense=True),
+        ode.ODETerm(lotka_volterra),
+        ode.Tsit5(),
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=0.01,
+        y0=y0,
+        args=args,
+        saveat=ode.SaveAt(ts=ts, dense=True),
         stepsize_controller=ode.PIDController(rtol=rtol, atol=rtol),
     )
 
@@ -40,8 +46,10 @@ def main(out: str) -> None:
     sol = solve(y0, args, ts, 1e-8)
     reference = solve(y0, args, ts, 1e-12)
     error = float(jnp.max(jnp.abs(sol.ys - reference.ys)))
-    print(f"steps: {int(sol.stats['num_steps'])} ({int(sol.stats['num_rejected_steps'])} "
-          f"rejected); max error vs rtol=1e-12 solve: {error:.2e}")
+    print(
+        f"steps: {int(sol.stats['num_steps'])} ({int(sol.stats['num_rejected_steps'])} "
+        f"rejected); max error vs rtol=1e-12 solve: {error:.2e}"
+    )
     print(f"y(7.3) from the dense interpolant: {sol.evaluate(7.3)}")
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))

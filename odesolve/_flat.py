@@ -55,6 +55,23 @@ class FlatSpec(eqx.Module):
         return jtu.tree_unflatten(self.treedef, leaves)
 
 
+def widest_float(*values: Any) -> Any:
+    """The widest floating dtype among `values` (arrays or dtypes). Python scalars are
+    weakly typed and do not count; with none left, JAX's default float. Written out
+    rather than `jnp.result_type`, which refuses float32 + float64 under strict
+    promotion, where a state may legitimately mix them."""
+    dtypes = []
+    for v in values:
+        if isinstance(v, (bool, int, float)):
+            continue
+        dtype = jnp.dtype(getattr(v, "dtype", v))
+        if jnp.issubdtype(dtype, jnp.inexact):
+            dtypes.append(dtype)
+    if not dtypes:
+        return jnp.result_type(float)
+    return max(dtypes, key=lambda d: jnp.finfo(d).bits)
+
+
 def flat_spec(tree: Any, dtype: Any) -> FlatSpec:
     leaves, treedef = jtu.tree_flatten(tree)
     return FlatSpec(

@@ -12,13 +12,17 @@ interpolated at once. `SaveAt(steps=...)` and `SaveAt(dense=True)` write rows th
 from collections.abc import Callable
 from typing import Any
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 
 from adjoints import (
     AbstractAdjoint,
+    ForwardMode,
     Loop,
     RecursiveCheckpointAdjoint,
     Write,
@@ -28,7 +32,7 @@ from adjoints import (
 from ._continuous import check_supported, continuous_problem
 from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
-from ._flat import FlatSpec, flat_spec
+from ._flat import FlatSpec, flat_spec, widest_float
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
 from ._saveat import SaveAt, save_y
@@ -165,7 +169,12 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         config.spec,
     )
     accept = jnp.asarray(proposal.accept)
+    jumped = _jumped(params, accept, t1)
+    # Across a jump the next step starts just after it (its right limit): t1 is the float
+    # below the jump time.
     t_new = jnp.where(accept, t1, t0)
+    if jumped is not None:
+        t_new = jnp.where(jumped, jnp.nextafter(jnp.nextafter(t1, jnp.inf), jnp.inf), t_new)
     next_end = jnp.minimum(proposal.next_end, params.t_end)
     next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
@@ -181,7 +190,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         t_next=next_end,
         y=jnp.where(accept, step.y1, state.y),
         k0=jnp.where(accept, step.stages[-1], k0) if config.fsal else None,
-        made_jump=_made_jump(params, state, accept, t1),
+        made_jump=None if jumped is None else jnp.where(accept, jumped, state.made_jump),
         controller_state=proposal.state,
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
@@ -198,11 +207,12 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     )
 
 
-def _made_jump(params, state, accept, t1):
-    if state.made_jump is None:
+def _jumped(params, accept, t1):
+    """Whether this accepted step stopped at a jump (None: no jump times)."""
+    stops = params.controller.jump_stops() if params.controller.jump_ts is not None else None
+    if stops is None:
         return None
-    on_jump = jnp.any(params.controller.jump_ts == t1)
-    return jnp.where(accept, on_jump, state.made_jump)
+    return accept & jnp.any(stops == t1)
 
 
 def _report_progress(config, params, state, t_new):
@@ -399,7 +409,7 @@ def _steps_output(config, params, final, rows):
     if config.save_t1 and config.max_steps % config.save_every:
         size += 1
     valid = jnp.arange(size, dtype=jnp.int32) < count
-    ts = jnp.where(valid, t_rows[:size], params.direction * jnp.inf)
+    ts = jnp.where(valid, t_rows[:size], jnp.inf)
     ys = jnp.where(valid[:, None], y_rows[:size], jnp.inf)
     return ts, config.steps_spec.unravel_rows(ys)
 
@@ -468,7 +478,8 @@ def diffeqsolve(
       `StepTo(ts)` or `PIDController(rtol, atol)`.
     - `adjoint`: how gradients are computed (`RecursiveCheckpointAdjoint()` by default).
     - `max_steps`: bound on the number of steps (accepted and rejected).
-    - `throw`: raise on failure; with False, check `sol.result`.
+    - `throw`: raise on failure (a JaxRuntimeError carrying the message); with False,
+      check `sol.result`.
     """
     if event is not None:
         raise ValueError(
@@ -485,7 +496,8 @@ def diffeqsolve(
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps
     )
-    return _solve(
+    solve = functools.partial(
+        _solve,
         inputs.terms,
         solver,
         inputs.t0,
@@ -495,13 +507,20 @@ def diffeqsolve(
         args,
         saveat=saveat,
         controller=stepsize_controller,
-        adjoint=adjoint,
         max_steps=max_steps,
         throw=throw,
         meter=progress_meter,
         direction=inputs.direction,
         num_steps=inputs.num_steps,
     )
+    try:
+        return solve(adjoint=adjoint)
+    except TypeError as error:
+        # jax.jvp / jax.jacfwd of a reverse-only adjoint (a custom VJP): the primal is the
+        # same with the plain loop, which forward mode differentiates exactly.
+        if adjoint.reverse_only and "forward-mode autodiff" in str(error):
+            return solve(adjoint=ForwardMode())
+        raise
 
 
 @eqx.filter_jit
@@ -526,7 +545,7 @@ def _solve(
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
         direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
-    spec = flat_spec(y0, jnp.result_type(*jtu.tree_leaves(y0)))
+    spec = flat_spec(y0, widest_float(*jtu.tree_leaves(y0)))
     y0_flat = spec.ravel(y0)
     tau0, tau1 = direction * t0, direction * t1
     field = _FlatField(terms, spec, direction)
@@ -606,7 +625,7 @@ def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, 
     if every:
         out = jax.eval_shape(saveat.fn, t0, y0, args)
         leaves = jtu.tree_leaves(out)
-        steps_spec = flat_spec(out, jnp.result_type(*leaves))
+        steps_spec = flat_spec(out, widest_float(*leaves))
     if controller.needs_error and not getattr(solver, "adaptive", True):
         raise ValueError(
             f"{type(solver).__name__} has no error estimate, so it cannot be used with "
@@ -645,7 +664,20 @@ def _runtime_input_checks(params, dt0_tau):
     return result
 
 
+def _check_result(code) -> None:
+    """Host side of `throw=True`: raise with the message of the first failure."""
+    codes = [int(c) for c in np.ravel(np.asarray(code))]
+    failures = [c for c in codes if c not in (RESULTS.successful, RESULTS.event_occurred)]
+    if failures:
+        result = RESULTS(failures[0])
+        raise RuntimeError(
+            f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to "
+            "get the solution back with sol.result set instead."
+        )
+
+
 def _raise_if_failed(sol: Solution, result) -> Solution:
-    messages = [RESULTS(i).message for i in range(len(RESULTS))]
-    failed = (result != RESULTS.successful) & (result != RESULTS.event_occurred)
-    return eqx.branched_error_if(sol, failed, result, messages)
+    """A host callback that raises when the solve failed. (Not `eqx.error_if`: under
+    `jax.checking_leaks()` inside `jit` that trips JAX's leak checker.)"""
+    jax.debug.callback(_check_result, result)
+    return sol

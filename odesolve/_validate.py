@@ -13,7 +13,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from adjoints import JaxprClosure, closure_convert
+
 from ._controller.constant import StepTo
+from ._flat import widest_float
 from ._term import ODETerm
 
 
@@ -83,6 +86,12 @@ def _check_times(t0, t1, dt0, controller):
                 "t1 - t0)."
             )
     if isinstance(controller, StepTo):
+        if dt0 is not None:
+            shown = cdt if cdt is not None else dt0
+            raise ValueError(
+                f"dt0={shown!r} was passed with StepTo, which takes its steps from its "
+                "`ts`; pass dt0=None."
+            )
         ts = np.asarray(controller.ts) if _concrete(controller.ts[0]) is not None else None
         if ts is not None and c0 is not None and c1 is not None:
             if ts[0] != c0 or ts[-1] != c1:
@@ -116,13 +125,18 @@ def _check_save_ts(ts, c0, c1):
         )
 
 
-def _check_vector_field(terms, t0, y0, args):
-    """The vector field must return the structure and shapes of y0 (checked by tracing)."""
+def _converted_vector_field(terms, t0, y0, args):
+    """Trace the vector field once: check that it returns y0's structure and shapes, and
+    closure-convert it when it closed over values of an enclosing transformation (a
+    tracer of the user's `jit` or `grad`). Such a closure must become explicit before the
+    solve's own `jit`, or the tracer is baked into that jit's cache as a constant and
+    leaks. Closures over concrete arrays are left alone, so that repeated solves reuse one
+    compilation."""
     try:
-        out = eqx.filter_eval_shape(terms.vf, t0, y0, args)
+        converted = closure_convert(terms.vf, t0, y0, args)
     except TypeError as e:
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
-    expected = jax.eval_shape(lambda: y0)
+    out, expected = converted.out_struct, jax.eval_shape(lambda: y0)
     got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
     shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
     if got_def != want_def or shapes(out) != shapes(expected):
@@ -132,6 +146,9 @@ def _check_vector_field(terms, t0, y0, args):
             f"{want_def} with shapes {shapes(expected)}. dy/dt must have y's structure "
             "and shapes."
         )
+    if isinstance(converted, JaxprClosure) and converted.captures_tracers:
+        return ODETerm(converted)
+    return terms
 
 
 def normalise_inputs(terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps) -> Inputs:
@@ -144,14 +161,11 @@ def normalise_inputs(terms, solver, t0, t1, dt0, y0, args, saveat, controller, m
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller)
     _check_save_ts(saveat.ts, c0, c1)
-    y_dtype = jnp.result_type(*jtu.tree_leaves(y0))
     times = [x for x in (t0, t1, dt0) if x is not None]
-    time_dtype = jnp.result_type(*times, y_dtype)
-    if not jnp.issubdtype(time_dtype, jnp.floating):
-        time_dtype = _float_dtype(time_dtype)
+    time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
-    _check_vector_field(terms, t0, y0, args)
+    terms = _converted_vector_field(terms, t0, y0, args)
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
     num_steps = controller.num_steps(c0, c1, _concrete(dt0) if dt0 is not None else None)
     return Inputs(terms, t0, t1, dt0, y0, direction, num_steps)

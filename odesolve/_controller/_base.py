@@ -39,6 +39,10 @@ class AbstractStepSizeController(eqx.Module):
     def jump_ts(self) -> Any:
         return None
 
+    def jump_stops(self) -> Any:
+        """Where steps stop before each jump time (None: no jumps)."""
+        return None
+
     def num_steps(self, t0: Any, t1: Any, dt0: Any) -> int | None:
         """The number of steps when it is known before solving (static), else None."""
         return None

@@ -62,9 +62,12 @@ class StepTo(AbstractStepSizeController):
     ts: Any
 
     def __check_init__(self):
-        ts = np.asarray(self.ts) if not hasattr(self.ts, "aval") else None
-        if ts is not None and (ts.ndim != 1 or len(ts) < 2):
-            raise ValueError(f"StepTo(ts): ts must be 1-D with >= 2 times, got shape {ts.shape}")
+        shape = jnp.shape(self.ts)
+        if len(shape) != 1 or shape[0] < 2:
+            raise ValueError(
+                f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), "
+                f"got shape {shape}."
+            )
 
     def wrap(self, direction):
         return StepTo(jnp.asarray(self.ts) * direction)

@@ -122,12 +122,18 @@ class PIDController(AbstractStepSizeController):
         return lax.stop_gradient(jnp.minimum(100 * h0, h1))
 
     def _clip_to_ts(self, start, end):
-        for ts in (self.step_ts, self.jump_ts):
+        """Cap the step at the first step time after `start`, and just before the first
+        jump time after it (a step must not straddle a discontinuity, nor end on it: the
+        vector field's value exactly there belongs to the other side)."""
+        for ts in (self.step_ts, self.jump_stops()):
             if ts is not None:
-                # The first listed time strictly after `start` caps the step.
                 after = jnp.where(ts > start, ts, jnp.inf)
                 end = jnp.minimum(end, jnp.min(after))
         return end
+
+    def jump_stops(self):
+        """Where steps stop before each jump: the float just below it."""
+        return None if self.jump_ts is None else jnp.nextafter(self.jump_ts, -jnp.inf)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
         inv_prev, inv_prevprev, at_dtmin = state

@@ -1,0 +1,542 @@
+"""Gradients of solves, cross-checked three ways: autodiff through an unrolled loop of
+`solver.step` (the discretise-then-optimise gradient, exactly), central finite differences,
+and each adjoint against the others; under grad, jacfwd, jvp, hessian, vmap and scan.
+
+Step-size choices are not differentiated (the controller stops their gradient), so for an
+adaptive solve the unrolled reference is the same steps taken with fixed sizes.
+"""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import odesolve as ode
+
+EPS = float(np.finfo(np.float64).eps)
+
+PARAMS = jnp.array([1.5, 1.0, 3.0, 1.0])  # (a, b, c, d)
+Y0 = jnp.array([1.0, 1.0])
+SAVE_TS = (0.25, 0.9, 1.5, 2.2, 3.0)
+# Fixed, unequal weights for the loss: a plain sum of squares could hide a wrong sign in a
+# symmetric pair of components.
+WEIGHTS = 1.0 + jnp.arange(12.0).reshape(6, 2) / 7
+PID = ode.PIDController(rtol=1e-8, atol=1e-8)
+MAX_STEPS = 256
+
+
+def lotka_volterra(t, y, p):
+    x, z = y[0], y[1]
+    return jnp.stack([p[0] * x - p[1] * x * z, -p[2] * z + p[3] * x * z])
+
+
+def lotka_volterra_dict(t, y, args):
+    a, b, c, d = args
+    x, z = y["prey"], y["predator"]
+    return {"prey": a * x - b * x * z, "predator": -c * z + d * x * z}
+
+
+def relative_error(got, want) -> float:
+    got, want = ravel_pytree(got)[0], ravel_pytree(want)[0]
+    return float(jnp.linalg.norm(got - want) / jnp.linalg.norm(want))
+
+
+def central_differences(f, x):
+    """Gradient of scalar f: (n,) -> () by central differences, step sqrt(eps) scaled."""
+    x = np.asarray(x, dtype=np.float64)
+    grad = np.empty_like(x)
+    for i in range(x.size):
+        h = np.sqrt(EPS) * max(1.0, abs(x[i]))
+        up, down = x.copy(), x.copy()
+        up[i] += h
+        down[i] -= h
+        grad[i] = (float(f(jnp.asarray(up))) - float(f(jnp.asarray(down)))) / (2 * h)
+    return grad
+
+
+# --------------------------------------------------------------- unrolled reference
+
+
+@functools.cache
+def _reference_pieces(solver):
+    """One step of `solver` and its dense output, each jitted once (they are called per
+    step from the Python loop below; the loop itself is unrolled by `jax.grad`)."""
+    tableau = solver.tableau
+
+    @jax.jit
+    def step(t, h, y, k, p):
+        return solver.step(lotka_volterra, t, h, y, k, p, False)
+
+    @jax.jit
+    def interpolate(y, h, theta, stages):
+        weights = [sum(c * theta ** (j + 1) for j, c in enumerate(row)) for row in tableau.interp]
+        return y + h * sum(w * k for w, k in zip(weights, stages))
+
+    return step, interpolate
+
+
+def unrolled(solver, step_ends, y0, p, save_ts=(), t0=0.0):
+    """(ys at save_ts, y at the last step end) for Lotka-Volterra, by applying
+    `solver.step` over the given steps in a Python loop: y0 and p are differentiable."""
+    step, interpolate = _reference_pieces(solver)
+    t, y, k = t0, y0, lotka_volterra(t0, y0, p)
+    pending, saved = list(save_ts), []
+    for t_end in step_ends:
+        h = t_end - t
+        result = step(t, h, y, k, p)
+        while pending and pending[0] <= t_end:  # save times in (t, t_end]
+            saved.append(interpolate(y, h, (pending.pop(0) - t) / h, result.stages))
+        t, y = t_end, result.y1
+        k = result.stages[-1] if solver.tableau.fsal else lotka_volterra(t, y, p)
+    assert not pending
+    return (jnp.stack(saved) if saved else None), y
+
+
+def constant_step_ends(t0, t1, n):
+    """Where `ConstantStepSize` ends its steps: t0 + (t1 - t0) (k / n), then t1."""
+    return [t0 + (t1 - t0) * (k / n) for k in range(1, n)] + [t1]
+
+
+@pytest.fixture(scope="module")
+def pid_reference():
+    """Accepted step ends of the adaptive solve, and the unrolled gradient of the loss."""
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lotka_volterra),
+        ode.Tsit5(),
+        0.0,
+        3.0,
+        None,
+        Y0,
+        PARAMS,
+        saveat=ode.SaveAt(steps=True),
+        stepsize_controller=PID,
+        adjoint=ode.ForwardMode(),
+        max_steps=MAX_STEPS,
+    )
+    ends = [float(t) for t in sol.ts if np.isfinite(t)]
+    assert len(ends) > 30 and ends[-1] == 3.0
+
+    def loss(y0, p):
+        ys, y1 = unrolled(ode.Tsit5(), ends, y0, p, SAVE_TS)
+        return jnp.sum(WEIGHTS * jnp.concatenate([ys, y1[None]]))
+
+    value, grads = jax.value_and_grad(loss, argnums=(0, 1))(Y0, PARAMS)
+    return value, grads
+
+
+ADAPTIVE_ADJOINTS = {
+    "default": ode.RecursiveCheckpointAdjoint(),  # tapes every step
+    "online-4": ode.RecursiveCheckpointAdjoint(checkpoints=4),  # n unknown: online
+    "direct": ode.DirectAdjoint(),
+}
+
+
+@pytest.mark.parametrize("name", list(ADAPTIVE_ADJOINTS))
+def test_adaptive_gradient_matches_unrolled_loop(name, pid_reference):
+    def loss(y0, p):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Tsit5(),
+            0.0,
+            3.0,
+            None,
+            y0,
+            p,
+            saveat=ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True),
+            stepsize_controller=PID,
+            adjoint=ADAPTIVE_ADJOINTS[name],
+            max_steps=MAX_STEPS,
+        )
+        return jnp.sum(WEIGHTS * sol.ys)
+
+    ref_value, ref_grads = pid_reference
+    value, grads = jax.value_and_grad(loss, argnums=(0, 1))(Y0, PARAMS)
+    assert abs(float(value - ref_value)) <= 1e-12 * abs(float(ref_value))
+    assert relative_error(grads, ref_grads) <= 1e-10
+
+
+def test_revolve_gradient_matches_unrolled_loop():
+    n = 20  # fixed steps and static times: the binomial schedule, recomputing
+    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=3)
+
+    def loss(y0, p):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Tsit5(),
+            0.0,
+            3.0,
+            3.0 / n,
+            y0,
+            p,
+            adjoint=adjoint,
+            max_steps=n,
+        )
+        return jnp.sum(WEIGHTS[-1] * sol.ys[-1])
+
+    def reference(y0, p):
+        return jnp.sum(
+            WEIGHTS[-1] * unrolled(ode.Tsit5(), constant_step_ends(0.0, 3.0, n), y0, p)[1]
+        )
+
+    grads = jax.grad(loss, argnums=(0, 1))(Y0, PARAMS)
+    ref = jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)
+    assert relative_error(grads, ref) <= 1e-10
+
+
+def test_pytree_state_gradient_matches_unrolled_loop():
+    n = 20  # save times make emits, so checkpoints=3 runs the online schedule
+    y0 = {"prey": jnp.asarray(1.0), "predator": jnp.asarray(1.0)}
+    args = tuple(PARAMS)
+
+    def loss(y0, args):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra_dict),
+            ode.Tsit5(),
+            0.0,
+            3.0,
+            3.0 / n,
+            y0,
+            args,
+            saveat=ode.SaveAt(ts=jnp.array(SAVE_TS)),
+            adjoint=ode.RecursiveCheckpointAdjoint(checkpoints=3),
+            max_steps=n,
+        )
+        return jnp.sum(WEIGHTS[:5, 0] * sol.ys["prey"] + WEIGHTS[:5, 1] * sol.ys["predator"])
+
+    def reference(y0_flat, p):
+        ys, _ = unrolled(ode.Tsit5(), constant_step_ends(0.0, 3.0, n), y0_flat, p, SAVE_TS)
+        return jnp.sum(WEIGHTS[:5] * ys)
+
+    g_y0, g_args = jax.grad(loss, argnums=(0, 1))(y0, args)
+    r_y0, r_p = jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)
+    got = (jnp.stack([g_y0["prey"], g_y0["predator"]]), jnp.stack(g_args))
+    assert relative_error(got, (r_y0, r_p)) <= 1e-10
+
+
+# --------------------------------------------------------------- finite differences
+
+# 3 / dt0 = 40.5, so 41 equal steps; perturbing t0 or t1 by ~1e-8 keeps 41 steps.
+FD_DT0 = 3.0 / 40.5
+
+
+def _fixed_step_loss(y0, p, t0, t1):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lotka_volterra), ode.Tsit5(), t0, t1, FD_DT0, y0, p, max_steps=64
+    )
+    return jnp.sum(WEIGHTS[-1] * sol.ys[-1])
+
+
+def test_finite_differences_for_y0_and_args():
+    grads = jax.grad(_fixed_step_loss, argnums=(0, 1))(Y0, PARAMS, 0.0, 3.0)
+    flat_loss = jax.jit(lambda x: _fixed_step_loss(x[:2], x[2:], 0.0, 3.0))
+    fd = central_differences(flat_loss, jnp.concatenate([Y0, PARAMS]))
+    got = np.concatenate([np.ravel(g) for g in grads])
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+
+
+def test_finite_differences_for_t0_and_t1():
+    t0, t1 = jnp.asarray(0.0), jnp.asarray(3.0)
+    grads = jax.grad(_fixed_step_loss, argnums=(2, 3))(Y0, PARAMS, t0, t1)
+    flat_loss = jax.jit(lambda x: _fixed_step_loss(Y0, PARAMS, x[0], x[1]))
+    fd = central_differences(flat_loss, jnp.stack([t0, t1]))
+    got = np.array([float(g) for g in grads])
+    assert np.all(np.abs(fd) > 0.1)  # not trivially zero
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+
+
+# ------------------------------------------------- parameters inside the vector field
+
+
+class MLPField(eqx.Module):
+    mlp: eqx.nn.MLP
+
+    def __call__(self, t, y, args):
+        return self.mlp(y) - y
+
+
+def _heun_solve(field, y0, adjoint):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field),
+        ode.Heun(),
+        0.0,
+        1.0,
+        0.1,
+        y0,
+        saveat=ode.SaveAt(ts=jnp.array([0.5, 1.0])),
+        adjoint=adjoint,
+        max_steps=16,
+    )
+    return jnp.sum(jnp.array([[1.0, -2.0], [0.5, 3.0]]) * sol.ys)
+
+
+def _check_against_direct_and_fd(loss, params):
+    """loss(params, adjoint): default adjoint vs DirectAdjoint vs directional FD."""
+    grad_default = jax.grad(loss)(params, ode.RecursiveCheckpointAdjoint())
+    grad_direct = jax.grad(loss)(params, ode.DirectAdjoint())
+    assert relative_error(grad_default, grad_direct) <= 1e-10
+    flat, unflatten = ravel_pytree(params)
+    direction = jax.random.normal(jax.random.PRNGKey(1), flat.shape, flat.dtype)
+    along = jax.jit(lambda s: loss(unflatten(flat + s[0] * direction), ode.ForwardMode()))
+    fd = central_differences(along, jnp.zeros(1))[0]
+    exact = float(jnp.dot(ravel_pytree(grad_default)[0], direction))
+    assert abs(exact) > 1e-3
+    assert abs(exact - fd) <= 1e-6 * abs(fd)
+
+
+def test_gradient_wrt_module_vector_field():
+    mlp = eqx.nn.MLP(2, 2, width_size=4, depth=1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    field = MLPField(mlp)
+    assert ravel_pytree(eqx.filter(field, eqx.is_array))[0].dtype == jnp.float64
+
+    def loss(params, adjoint):
+        return _heun_solve(eqx.combine(params, static), jnp.array([0.5, -1.0]), adjoint)
+
+    params, static = eqx.partition(field, eqx.is_array)
+    _check_against_direct_and_fd(loss, params)
+
+
+def test_gradient_wrt_array_the_vector_field_closes_over():
+    def loss(w, adjoint):
+        def field(t, y, args):  # a closure over w, which is traced here
+            return jnp.tanh(w @ y) - 0.5 * y
+
+        return _heun_solve(field, jnp.array([0.5, -1.0]), adjoint)
+
+    w = jnp.array([[0.3, -1.2], [0.8, 0.1]])
+    _check_against_direct_and_fd(loss, w)
+    # And entry by entry, against central differences of the jitted loss.
+    grad = jax.grad(loss)(w, ode.RecursiveCheckpointAdjoint())
+    fd = central_differences(jax.jit(lambda x: loss(x.reshape(2, 2), ode.ForwardMode())), w.ravel())
+    np.testing.assert_allclose(np.ravel(grad), fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+
+
+# --------------------------------------------------------------- jit and vmap
+
+
+def _vmap_loss(p, adjoint):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lotka_volterra),
+        ode.Heun(),
+        0.0,
+        3.0,
+        None,
+        Y0,
+        p,
+        saveat=ode.SaveAt(ts=jnp.array(SAVE_TS)),
+        stepsize_controller=ode.PIDController(rtol=1e-5, atol=1e-5),
+        adjoint=adjoint,
+        max_steps=MAX_STEPS,
+        throw=False,
+    )
+    return jnp.sum(WEIGHTS[:5] * sol.ys), sol.stats["num_steps"]
+
+
+def test_vmap_of_grad_and_grad_of_vmap_match_per_sample():
+    batch = PARAMS * jnp.array([[1.0], [1.2], [0.8]])
+    default = ode.RecursiveCheckpointAdjoint()
+    online = ode.RecursiveCheckpointAdjoint(checkpoints=4)
+    with jax.checking_leaks():
+        one = jax.jit(jax.grad(lambda p: _vmap_loss(p, default), has_aux=True))
+        per_sample = [one(p) for p in batch]
+        vmapped, steps = jax.jit(
+            jax.vmap(jax.grad(lambda p: _vmap_loss(p, default), has_aux=True))
+        )(batch)
+        through_vmap = jax.jit(
+            jax.grad(lambda b: jnp.sum(jax.vmap(lambda p: _vmap_loss(p, online)[0])(b)))
+        )(batch)
+    expected = jnp.stack([g for g, _ in per_sample])
+    # Each sample took its own steps.
+    assert len({int(s) for _, s in per_sample}) == 3
+    np.testing.assert_array_equal(steps, [int(s) for _, s in per_sample])
+    assert relative_error(vmapped, expected) <= 1e-10
+    assert relative_error(through_vmap, expected) <= 1e-10
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="equinox.error_if/branched_error_if (used by throw=True) leaks a tracer under "
+    "jax.checking_leaks() with jax 0.10.2 / equinox 0.13.8; throw=False is clean",
+)
+def test_checking_leaks_with_throw():
+    def loss(p):
+        sol = ode.diffeqsolve(ode.ODETerm(lotka_volterra), ode.Heun(), 0.0, 1.0, 0.1, Y0, p)
+        return jnp.sum(sol.ys)
+
+    with jax.checking_leaks():
+        jax.jit(jax.grad(loss)).lower(PARAMS)
+
+
+# --------------------------------------------------------------- forward mode, Hessians
+
+JAC_TS = jnp.array([1.0, 2.0])
+
+
+def _outputs(theta, adjoint):
+    """Heun, 20 fixed steps: ys at two times as a (4,) vector of (y0, params) = theta."""
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lotka_volterra),
+        ode.Heun(),
+        0.0,
+        2.0,
+        0.1,
+        theta[:2],
+        theta[2:],
+        saveat=ode.SaveAt(ts=JAC_TS),
+        adjoint=adjoint,
+        max_steps=32,
+    )
+    return sol.ys.ravel()
+
+
+THETA = jnp.concatenate([Y0, PARAMS])
+
+
+@pytest.fixture(scope="module")
+def reverse_jacobian():
+    return jax.jacrev(_outputs)(THETA, ode.RecursiveCheckpointAdjoint())
+
+
+@pytest.mark.parametrize(
+    "adjoint", [ode.ForwardMode(), ode.DirectAdjoint()], ids=["forward", "direct"]
+)
+def test_forward_mode_matches_reverse_jacobian(adjoint, reverse_jacobian):
+    assert reverse_jacobian.shape == (4, 6)
+    tangent = jnp.array([1.0, -0.5, 0.25, 2.0, -1.0, 0.75])
+    _, jvp = jax.jvp(lambda x: _outputs(x, adjoint), (THETA,), (tangent,))
+    assert relative_error(jvp, reverse_jacobian @ tangent) <= 1e-10
+    jacobian = jax.jacfwd(_outputs)(THETA, adjoint)
+    assert relative_error(jacobian, reverse_jacobian) <= 1e-10
+
+
+def test_hessian_through_direct_adjoint():
+    def loss(theta):
+        return jnp.sum(jnp.array([1.0, -2.0, 0.5, 3.0]) * _outputs(theta, ode.DirectAdjoint()) ** 2)
+
+    hessian = jax.hessian(loss)(THETA)
+    assert hessian.shape == (6, 6)
+    assert float(jnp.max(jnp.abs(hessian - hessian.T))) <= 1e-10 * float(jnp.max(jnp.abs(hessian)))
+    grad = jax.jit(jax.grad(loss))
+    fd = np.stack([central_differences(lambda x: grad(x)[i], THETA) for i in range(6)])
+    np.testing.assert_allclose(hessian, fd, rtol=1e-5, atol=1e-6 * np.max(np.abs(fd)))
+
+
+# --------------------------------------------------------------- custom JVPs, scan
+
+
+def test_custom_jvp_field_with_symbolic_zero_tangents_under_scan():
+    seen = []  # (x tangent is None, w tangent is None), recorded at trace time
+
+    @eqx.filter_custom_jvp
+    def squash(x, w):
+        return jnp.tanh(w * x)
+
+    @squash.def_jvp
+    def squash_jvp(primals, tangents):
+        (x, w), (tx, tw) = primals, tangents
+        seen.append((tx is None, tw is None))
+        out = jnp.tanh(w * x)
+        slope = 1 - out**2
+        t_out = jnp.zeros_like(out)
+        if tx is not None:
+            t_out = t_out + slope * w * tx
+        if tw is not None:
+            t_out = t_out + slope * x * tw
+        return out, t_out
+
+    width = jnp.array([2.0, 0.5])  # the second argument, never differentiated by the user
+
+    def field(t, y, k):
+        return -k * squash(y, width)
+
+    def loss(k, y0, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field), ode.Heun(), 0.0, 1.0, 0.1, y0, k, adjoint=adjoint, throw=False
+        )
+        return jnp.sum(sol.ys[-1] ** 2)
+
+    def train(adjoint):
+        def body(k, y0):
+            g = jax.grad(loss)(k, y0, adjoint)
+            return k - 0.1 * g, g
+
+        return jax.jit(lambda k, batch: jax.lax.scan(body, k, batch))
+
+    batch = jnp.array([[1.0, -1.0], [0.5, 2.0], [-0.3, 0.7]])
+    k0 = jnp.asarray(1.3)
+    with jax.checking_leaks():
+        seen.clear()
+        k_default, g_default = train(ode.RecursiveCheckpointAdjoint())(k0, batch)
+        assert seen  # the rule was used by the reverse sweep
+        seen.clear()
+        k_direct, g_direct = train(ode.DirectAdjoint())(k0, batch)
+        # Differentiating through the scan, JAX passes w's tangent as a symbolic zero.
+        assert (False, True) in seen
+    assert relative_error(g_default, g_direct) <= 1e-10
+    assert relative_error(k_default, k_direct) <= 1e-12
+    fd = central_differences(jax.jit(lambda k: loss(k[0], batch[0], ode.ForwardMode())), k0[None])
+    assert abs(float(g_default[0]) - fd[0]) <= 1e-6 * abs(fd[0])
+
+
+# --------------------------------------------------------------- memory
+
+
+def test_checkpointed_memory_grows_sublinearly():
+    """XLA's temporary buffers for d sum(y(t1)^2) / d params, compiled, never run."""
+
+    def temp_bytes(n, adjoint):
+        def loss(p):
+            sol = ode.diffeqsolve(
+                ode.ODETerm(lotka_volterra),
+                ode.Tsit5(),
+                0.0,
+                10.0,
+                10.0 / n,
+                Y0,
+                p,
+                adjoint=adjoint,
+                max_steps=n,
+            )
+            return jnp.sum(sol.ys[-1] ** 2)
+
+        analysis = jax.jit(jax.grad(loss)).lower(PARAMS).compile().memory_analysis()
+        if analysis is None:
+            pytest.skip("this backend gives no memory analysis")
+        return analysis.temp_size_in_bytes
+
+    fixed = ode.RecursiveCheckpointAdjoint(checkpoints=64)
+    checkpointed = {n: temp_bytes(n, fixed) for n in (1_000, 10_000, 100_000)}
+    assert checkpointed[100_000] / checkpointed[1_000] < 10, checkpointed
+    assert checkpointed[10_000] / checkpointed[1_000] < 3, checkpointed
+    taped = {n: temp_bytes(n, ode.RecursiveCheckpointAdjoint()) for n in (1_000, 10_000)}
+    assert taped[10_000] / taped[1_000] > 5, taped  # one state per step
+    assert checkpointed[1_000] < taped[1_000]
+
+
+# --------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "adjoint", [ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()], ids=["default", "direct"]
+)
+def test_reverse_mode_without_max_steps_is_a_clear_error(adjoint):
+    def loss(p):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Tsit5(),
+            0.0,
+            1.0,
+            None,
+            Y0,
+            p,
+            stepsize_controller=PID,
+            adjoint=adjoint,
+            max_steps=None,
+        )
+        return jnp.sum(sol.ys)
+
+    with pytest.raises(ValueError, match="max_steps"):
+        jax.grad(loss)(PARAMS)

@@ -1,0 +1,275 @@
+"""Bad inputs fail loudly: at trace time with an error naming the argument and showing the
+value, at run time with a `RESULTS` code (raised when throw=True)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+
+def decay(t, y, args):
+    return -y
+
+
+def solve(**overrides):
+    kwargs = dict(
+        terms=ode.ODETerm(decay),
+        solver=ode.Tsit5(),
+        t0=0.0,
+        t1=1.0,
+        dt0=0.1,
+        y0=jnp.ones(3),
+    )
+    kwargs.update(overrides)
+    return ode.diffeqsolve(**kwargs)
+
+
+# ------------------------------------------------------------------- trace time
+
+
+@pytest.mark.parametrize("t0, t1, dt0", [(0.0, 1.0, -0.1), (1.0, 0.0, 0.1), (0.0, 1.0, 0.0)])
+def test_dt0_pointing_the_wrong_way(t0, t1, dt0):
+    with pytest.raises(ValueError, match=rf"dt0={dt0}.*t0={t0}.*t1={t1}"):
+        solve(t0=t0, t1=t1, dt0=dt0)
+
+
+def test_dt0_none_with_constant_step_size():
+    with pytest.raises(ValueError, match=r"dt0=None.*ConstantStepSize"):
+        solve(dt0=None)
+
+
+def test_dt0_with_step_to():
+    with pytest.raises(ValueError, match=r"dt0=0.1.*StepTo"):
+        solve(stepsize_controller=ode.StepTo(jnp.array([0.0, 0.5, 1.0])))
+
+
+def test_step_to_times_not_spanning_t0_to_t1():
+    with pytest.raises(ValueError, match=r"StepTo.*t1=1.0.*ts\[-1\]=0.5"):
+        solve(dt0=None, stepsize_controller=ode.StepTo(jnp.array([0.0, 0.5])))
+
+
+def test_vector_field_output_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"vector field.*\(2,\).*y0.*\(3,\)"):
+        solve(terms=ode.ODETerm(lambda t, y, args: y[:2]))
+
+
+def test_vector_field_output_of_the_wrong_structure():
+    with pytest.raises(ValueError, match=r"vector field.*structure.*y0 has structure"):
+        solve(terms=ode.ODETerm(lambda t, y, args: (y, y)))
+
+
+def test_vector_field_that_cannot_be_called():
+    with pytest.raises(TypeError, match=r"vector field f\(t0, y0, args\)"):
+        solve(terms=ode.ODETerm(lambda t, y: -y))
+
+
+def test_save_ts_not_sorted():
+    with pytest.raises(ValueError, match=r"SaveAt\(ts=...\).*ts\[1\]=0.7 then ts\[2\]=0.2"):
+        solve(saveat=ode.SaveAt(ts=jnp.array([0.1, 0.7, 0.2])))
+
+
+def test_save_ts_sorted_the_wrong_way_for_a_backwards_solve():
+    with pytest.raises(ValueError, match=r"decreasing"):
+        solve(t0=1.0, t1=0.0, dt0=-0.1, saveat=ode.SaveAt(ts=jnp.array([0.2, 0.7])))
+
+
+@pytest.mark.parametrize("ts", [[-0.5, 0.5], [0.5, 1.5]])
+def test_save_ts_outside_the_interval(ts):
+    bad = ts[0] if ts[0] < 0 else ts[1]
+    with pytest.raises(ValueError, match=rf"ts\[\d\]={bad} outside \[t0, t1\]"):
+        solve(saveat=ode.SaveAt(ts=jnp.array(ts)))
+
+
+def test_t0_equal_to_t1():
+    with pytest.raises(ValueError, match=r"t0 == t1 == 1.0"):
+        solve(t0=1.0, t1=1.0)
+
+
+@pytest.mark.parametrize("name", ["t0", "t1", "dt0"])
+def test_non_finite_times(name):
+    with pytest.raises(ValueError, match=rf"{name}=nan is not finite"):
+        solve(**{name: float("nan")})
+
+
+def test_string_leaf_in_y0():
+    with pytest.raises(TypeError, match=r"y0\['b'\] = 'oops'.*not an array"):
+        solve(y0={"a": jnp.ones(2), "b": "oops"}, terms=ode.ODETerm(lambda t, y, a: y))
+
+
+def test_empty_y0():
+    with pytest.raises(ValueError, match=r"y0=\{\} has no arrays"):
+        solve(y0={})
+
+
+def test_complex_y0():
+    with pytest.raises(TypeError, match=r"y0 is complex"):
+        solve(y0=jnp.ones(2, jnp.complex128))
+
+
+@pytest.mark.parametrize("max_steps", [0, -3, 2.5])
+def test_max_steps_not_a_positive_int(max_steps):
+    with pytest.raises(ValueError, match=rf"max_steps={max_steps}"):
+        solve(max_steps=max_steps)
+
+
+def test_saving_steps_needs_max_steps():
+    with pytest.raises(ValueError, match=r"max_steps=None.*SaveAt\(steps"):
+        solve(max_steps=None, saveat=ode.SaveAt(steps=True))
+
+
+def test_solver_without_error_estimate_under_pid():
+    with pytest.raises(ValueError, match=r"Euler has no error estimate.*PIDController"):
+        solve(solver=ode.Euler(), stepsize_controller=ode.PIDController(rtol=1e-3, atol=1e-3))
+
+
+def test_terms_not_an_ode_term():
+    with pytest.raises(TypeError, match=r"terms=.*ODETerm\(f\)"):
+        solve(terms=decay)
+
+
+def test_solver_not_a_solver():
+    with pytest.raises(TypeError, match=r"solver='tsit5'"):
+        solve(solver="tsit5")
+
+
+def test_events_and_resuming_are_refused():
+    with pytest.raises(ValueError, match=r"event=\.\.\."):
+        solve(event=object())
+    with pytest.raises(ValueError, match=r"controller_state=\.\.\."):
+        solve(controller_state=object())
+
+
+@pytest.mark.parametrize(
+    "make, pattern",
+    [
+        (lambda: ode.SaveAt(), r"SaveAt\(\) saves nothing"),
+        (lambda: ode.SaveAt(steps=-1), r"SaveAt\(steps=-1\)"),
+        (lambda: ode.SaveAt(ts=jnp.ones((2, 2))), r"1-D.*shape \(2, 2\)"),
+        (lambda: ode.PIDController(rtol=-1.0, atol=1e-6), r"rtol=-1.0"),
+        (lambda: ode.PIDController(rtol=0.0, atol=0.0), r"rtol=0, atol=0"),
+        (lambda: ode.StepTo(jnp.array([0.0])), r"StepTo\(ts\).*shape \(1,\)"),
+    ],
+)
+def test_bad_strategy_objects(make, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make()
+
+
+def test_evaluate_without_dense_output():
+    sol = solve()
+    with pytest.raises(ValueError, match=r"SaveAt\(dense=True\)"):
+        sol.evaluate(0.5)
+    with pytest.raises(ValueError, match=r"SaveAt\(dense=True\)"):
+        sol.derivative(0.5)
+
+
+# -------------------------------------------------------------------- run time
+
+
+def nan_at_start(t, y, args):
+    return y * jnp.nan
+
+
+def nan_after_half(t, y, args):
+    return jnp.where(t > 0.5, jnp.nan, -y)
+
+
+def test_nan_at_t0_raises():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NaN or inf.*\(t0, y0\)"):
+        solve(terms=ode.ODETerm(nan_at_start))
+
+
+def test_nan_at_t0_is_reported_with_throw_false():
+    sol = solve(terms=ode.ODETerm(nan_at_start), throw=False)
+    assert sol.result == ode.RESULTS.nonfinite_initial_derivative
+
+
+ADAPTIVE = ode.PIDController(rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("controller", [ode.ConstantStepSize(), ADAPTIVE], ids=["constant", "pid"])
+def test_nan_later_in_the_solve_raises(controller):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NaN or inf"):
+        solve(terms=ode.ODETerm(nan_after_half), stepsize_controller=controller)
+
+
+@pytest.mark.parametrize(
+    "controller, result",
+    [
+        (ode.ConstantStepSize(), ode.RESULTS.nonfinite_state),
+        (ADAPTIVE, ode.RESULTS.step_size_underflow),
+    ],
+    ids=["constant", "pid"],
+)
+def test_nan_later_in_the_solve_is_reported_with_throw_false(controller, result):
+    sol = solve(terms=ode.ODETerm(nan_after_half), stepsize_controller=controller, throw=False)
+    assert sol.result == result
+    assert sol.result != ode.RESULTS.successful
+
+
+def test_max_steps_reached_raises():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"maximum number of solver steps"):
+        solve(max_steps=5)
+
+
+def test_max_steps_reached_is_reported_with_throw_false():
+    sol = solve(max_steps=5, throw=False, saveat=ode.SaveAt(t1=True, steps=True))
+    assert sol.result == ode.RESULTS.max_steps_reached
+    assert int(sol.stats["num_steps"]) == 5
+    assert sol.ts[-1] < 1.0  # the state where it stopped, not t1
+
+
+def test_every_result_has_a_message():
+    for result in ode.RESULTS:
+        assert (result == ode.RESULTS.successful) != bool(result.message)
+
+
+# ------------------------------------------------------- traced inputs, run time
+
+
+@jax.jit
+def traced_solve(t1, dt0, save_ts):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(decay),
+        ode.Tsit5(),
+        0.0,
+        t1,
+        dt0,
+        jnp.ones(2),
+        saveat=ode.SaveAt(ts=save_ts),
+        throw=False,
+    )
+    return sol.result, sol.ys
+
+
+GOOD_TS = jnp.array([0.2, 0.5])
+
+
+def test_traced_inputs_that_are_valid_succeed():
+    result, ys = traced_solve(jnp.asarray(1.0), jnp.asarray(0.1), GOOD_TS)
+    assert result == ode.RESULTS.successful
+    np.testing.assert_allclose(ys[:, 0], np.exp(-np.asarray(GOOD_TS)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("t1, dt0", [(1.0, -0.1), (1.0, 0.0), (-1.0, 0.1)])
+def test_traced_dt0_pointing_the_wrong_way_is_invalid_dt0(t1, dt0):
+    save_ts = jnp.array([0.0, 0.0]) if t1 > 0 else jnp.array([-0.2, -0.5])
+    result, _ = traced_solve(jnp.asarray(t1), jnp.asarray(dt0), save_ts)
+    assert result == ode.RESULTS.invalid_dt0
+
+
+@pytest.mark.parametrize("save_ts", [[0.5, 0.2], [0.5, 1.5], [-0.1, 0.5]])
+def test_traced_bad_save_ts_are_invalid_save_times(save_ts):
+    result, _ = traced_solve(jnp.asarray(1.0), jnp.asarray(0.1), jnp.array(save_ts))
+    assert result == ode.RESULTS.invalid_save_times
+
+
+def test_traced_bad_dt0_raises_at_run_time_with_throw_true():
+    @jax.jit
+    def run(dt0):
+        return ode.diffeqsolve(ode.ODETerm(decay), ode.Tsit5(), 0.0, 1.0, dt0, jnp.ones(2)).ys
+
+    with pytest.raises(Exception, match=r"`dt0` has the wrong sign"):
+        run(jnp.asarray(-0.1))

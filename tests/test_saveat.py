@@ -1,0 +1,297 @@
+"""What `SaveAt` returns: layout, padding, t1 handling, agreement with Diffrax (a test-only
+reference), save times at the interval's ends and inside one step, backwards solves."""
+
+import functools
+
+import diffrax
+import equinox as eqx
+import helpers
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+Y0 = jnp.array([1.0, 1.0])
+TOL = 1e-8
+ARGS = jnp.asarray(2.0)  # unused by the vector field; seen by SaveAt(fn=...)
+
+
+def lv_solve(library, saveat, t0=0.0, t1=10.0, max_steps=256):
+    """Lotka-Volterra with Tsit5 and PID(rtol = atol = 1e-8) in odesolve or Diffrax."""
+    return library.diffeqsolve(
+        library.ODETerm(helpers.lotka_volterra),
+        library.Tsit5(),
+        t0,
+        t1,
+        0.1 if t1 > t0 else -0.1,
+        Y0,
+        ARGS,
+        saveat=saveat,
+        stepsize_controller=library.PIDController(rtol=TOL, atol=TOL),
+        max_steps=max_steps,
+    )
+
+
+@functools.cache
+def lv_every_step():
+    """All accepted steps of the forward solve (saving does not change the steps)."""
+    return lv_solve(ode, ode.SaveAt(steps=True))
+
+
+ORDERED_TS = jnp.array([0.5, 2.0, 7.5])
+ORDERED = dict(t0=True, ts=ORDERED_TS, steps=3, t1=True)
+
+
+@functools.cache
+def lv_ordered():
+    return lv_solve(ode, ode.SaveAt(**ORDERED))
+
+
+def assert_same_stats(sol, reference):
+    for key in ("num_steps", "num_accepted_steps", "num_rejected_steps", "max_steps"):
+        assert int(sol.stats[key]) == int(reference.stats[key]), key
+
+
+# (steps, t1, max_steps, t0, t1): the forward solve takes 196 accepted steps, so the
+# last step is saved by steps=4 but not by 3 or 5. As in Diffrax the output has
+# max_steps // steps rows, plus one for t1 when steps does not divide max_steps
+# (256 % 3 != 0; 255 % 5 == 0).
+STEPS_CASES = [
+    pytest.param(3, True, 256, 0.0, 10.0, id="every-3rd-t1-adds-a-row"),
+    pytest.param(5, True, 255, 0.0, 10.0, id="every-5th-t1-fits"),
+    pytest.param(4, False, 256, 0.0, 10.0, id="every-4th-ends-on-t1"),
+    pytest.param(True, False, 256, 10.0, 0.0, id="backwards"),
+]
+
+
+@pytest.mark.parametrize("steps, t1_flag, max_steps, t0, t1", STEPS_CASES)
+def test_saved_steps_match_diffrax(steps, t1_flag, max_steps, t0, t1):
+    ours = lv_solve(ode, ode.SaveAt(steps=steps, t1=t1_flag), t0, t1, max_steps)
+    theirs = lv_solve(diffrax, diffrax.SaveAt(steps=steps, t1=t1_flag), t0, t1, max_steps)
+    assert ours.ts.shape == theirs.ts.shape
+    assert ours.ys.shape == theirs.ys.shape
+    # The same rows are padding (inf, in both directions of integration), and the written
+    # rows agree.
+    np.testing.assert_array_equal(np.isinf(ours.ts), np.isinf(theirs.ts))
+    np.testing.assert_array_equal(ours.ts[np.isinf(ours.ts)], theirs.ts[np.isinf(theirs.ts)])
+    # Step times agree to rounding amplified by step-size control: an error estimate is a
+    # difference of nearly equal numbers, so a last-bit difference in evaluation order
+    # moves later steps by ~1e-8 relative over a couple of hundred steps.
+    np.testing.assert_allclose(ours.ts, theirs.ts, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-7, atol=1e-8)
+    assert_same_stats(ours, theirs)
+
+
+def test_save_ts_match_diffrax():
+    ts = jnp.linspace(0.0, 10.0, 21)
+    ours = lv_solve(ode, ode.SaveAt(t0=True, ts=ts, t1=True))
+    theirs = lv_solve(diffrax, diffrax.SaveAt(t0=True, ts=ts, t1=True))
+    np.testing.assert_array_equal(ours.ts, theirs.ts)
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-8, atol=1e-8)
+    assert_same_stats(ours, theirs)
+
+
+def test_outputs_are_ordered_t0_ts_steps_then_t1():
+    sol = lv_ordered()
+    step_ts, step_ys = helpers.finite(lv_every_step().ts, lv_every_step().ys)
+    every_third = step_ts[2::3]
+    assert len(step_ts) % 3 != 0  # so t1 is not among the saved steps
+    expected = np.concatenate([[0.0], ORDERED_TS, every_third, [10.0]])
+    n = len(expected)
+    assert sol.ts.shape == (1 + 3 + 256 // 3 + 1,)
+    np.testing.assert_allclose(sol.ts[:n], expected, rtol=1e-12)
+    assert np.all(np.isinf(sol.ts[n:])) and np.all(np.isinf(sol.ys[n:]))
+    np.testing.assert_array_equal(sol.ys[0], Y0)
+    np.testing.assert_allclose(sol.ys[4 : n - 1], step_ys[2::3], rtol=1e-12)
+    np.testing.assert_allclose(sol.ys[n - 1], step_ys[-1], rtol=1e-12)
+
+
+def test_unused_step_rows_are_inf():
+    sol = lv_every_step()
+    accepted = int(sol.stats["num_accepted_steps"])
+    assert sol.ts.shape == (256,) and sol.ys.shape == (256, 2)
+    assert np.all(np.isfinite(sol.ts[:accepted])) and np.all(np.isfinite(sol.ys[:accepted]))
+    assert np.all(sol.ts[accepted:] == np.inf) and np.all(sol.ys[accepted:] == np.inf)
+    assert np.all(np.diff(sol.ts[:accepted]) > 0)
+    assert sol.ts[accepted - 1] == 10.0
+
+
+def test_steps_fill_the_output_when_max_steps_is_exactly_the_step_count():
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: -y),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.asarray(1.0),
+        saveat=ode.SaveAt(t0=True, steps=True, t1=True),
+        max_steps=10,
+    )
+    np.testing.assert_allclose(sol.ts, np.linspace(0.0, 1.0, 11), rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(sol.ys, np.exp(-np.linspace(0.0, 1.0, 11)), rtol=1e-6)
+
+
+def test_save_ts_may_contain_t0_and_t1_exactly():
+    save_ts = jnp.array([0.0, 1.0, 10.0])
+    sol = lv_solve(ode, ode.SaveAt(ts=save_ts, t1=True))
+    np.testing.assert_array_equal(sol.ts, [0.0, 1.0, 10.0, 10.0])
+    np.testing.assert_array_equal(sol.ys[0], Y0)
+    np.testing.assert_allclose(sol.ys[2], sol.ys[3], rtol=1e-13)
+    assert int(sol.stats["num_steps"]) == int(lv_every_step().stats["num_steps"])
+
+
+def test_many_save_times_inside_one_step():
+    save_ts = jnp.linspace(0.0, 0.5, 200)
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: jnp.cos(t)),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.5,
+        jnp.asarray(0.0),
+        saveat=ode.SaveAt(ts=save_ts, dense=True),
+    )
+    assert int(sol.stats["num_steps"]) == 2
+    # Tsit5's interpolant over a step of 0.5: error ~ h^5 / 100.
+    np.testing.assert_allclose(sol.ys, np.sin(save_ts), rtol=0, atol=1e-5)
+    dense = eqx.filter_jit(lambda s: s.evaluate(save_ts))(sol)
+    np.testing.assert_allclose(sol.ys, dense, rtol=1e-14, atol=1e-15)
+    assert len(np.unique(np.asarray(sol.ys))) == 200
+
+
+def test_save_times_may_repeat():
+    save_ts = jnp.array([0.25, 0.25, 0.75, 0.75, 0.75])
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: jnp.cos(t)),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.asarray(0.0),
+        saveat=ode.SaveAt(ts=save_ts),
+    )
+    np.testing.assert_allclose(sol.ys, np.sin(save_ts), atol=1e-8)
+
+
+def decay_cos(t, y, args):
+    return y * jnp.cos(t)
+
+
+@functools.cache
+def backwards_solution():
+    """y' = y cos t from t0 = 2 back to t1 = 0, so y(t) = exp(sin t - sin 2)."""
+    save_ts = jnp.array([2.0, 1.5, 0.7, 0.0])
+    return ode.diffeqsolve(
+        ode.ODETerm(decay_cos),
+        ode.Tsit5(),
+        2.0,
+        0.0,
+        -0.1,
+        jnp.asarray(1.0),
+        saveat=ode.SaveAt(ts=save_ts, steps=True, dense=True),
+        stepsize_controller=ode.PIDController(rtol=1e-9, atol=1e-9),
+        max_steps=64,
+    )
+
+
+def backwards_exact(t):
+    return np.exp(np.sin(t) - np.sin(2.0))
+
+
+def test_backwards_solve_saves_decreasing_ts():
+    sol = backwards_solution()
+    np.testing.assert_array_equal(sol.ts[:4], [2.0, 1.5, 0.7, 0.0])
+    np.testing.assert_allclose(sol.ys[:4], backwards_exact(sol.ts[:4]), rtol=1e-7)
+
+
+def test_backwards_steps_decrease_to_t1_and_pad_with_inf():
+    sol = backwards_solution()
+    accepted = int(sol.stats["num_accepted_steps"])
+    step_ts, step_ys = sol.ts[4:], sol.ys[4:]
+    assert np.all(np.diff(step_ts[:accepted]) < 0)
+    assert step_ts[accepted - 1] == 0.0
+    np.testing.assert_allclose(step_ys[:accepted], backwards_exact(step_ts[:accepted]), rtol=1e-7)
+    # As documented (SaveAt, Solution) and as Diffrax does: +inf, whatever the direction.
+    assert np.all(step_ts[accepted:] == np.inf)
+    assert np.all(step_ys[accepted:] == np.inf)
+
+
+def test_backwards_dense_output():
+    sol = backwards_solution()
+    ts = np.linspace(2.0, 0.0, 41)
+    ys, slopes = eqx.filter_jit(lambda s: (s.evaluate(ts), s.derivative(ts)))(sol)
+    np.testing.assert_allclose(ys, backwards_exact(ts), rtol=1e-7)
+    np.testing.assert_allclose(slopes, np.cos(ts) * backwards_exact(ts), rtol=1e-5, atol=1e-6)
+
+
+def summary(t, y, args):
+    return {"total": jnp.sum(y), "t": t, "scaled": args * y}
+
+
+def test_fn_is_applied_to_every_kind_of_output():
+    plain = lv_ordered()
+    summed = lv_solve(ode, ode.SaveAt(**ORDERED, fn=summary))
+    np.testing.assert_array_equal(summed.ts, plain.ts)
+    np.testing.assert_allclose(summed.ys["total"], plain.ys.sum(axis=1), rtol=1e-14)
+    np.testing.assert_allclose(summed.ys["scaled"], 2.0 * plain.ys, rtol=1e-14)
+    np.testing.assert_array_equal(summed.ys["t"], plain.ts)
+
+
+def test_dense_only_saves_no_ts_or_ys():
+    sol = ode.diffeqsolve(
+        ode.ODETerm(decay_cos),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.asarray(1.0),
+        saveat=ode.SaveAt(dense=True),
+        max_steps=16,
+    )
+    assert sol.ts is None and sol.ys is None
+    assert eqx.filter_jit(lambda s: s.evaluate(0.0))(sol) == 1.0
+
+
+def test_t0_only_saves_y0():
+    y0 = {"a": jnp.arange(3.0), "b": jnp.asarray(2.0)}
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: jax.tree.map(jnp.negative, y)),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        y0,
+        saveat=ode.SaveAt(t0=True),
+    )
+    np.testing.assert_array_equal(sol.ts, [0.0])
+    np.testing.assert_array_equal(sol.ys["a"], [[0.0, 1.0, 2.0]])
+    np.testing.assert_array_equal(sol.ys["b"], [2.0])
+
+
+def test_traced_save_ts_change_values_without_retracing():
+    traces = []
+
+    def field(t, y, args):
+        traces.append(None)
+        return jnp.cos(t) * jnp.ones_like(y)
+
+    @jax.jit
+    def solve(save_ts):
+        return ode.diffeqsolve(
+            ode.ODETerm(field),
+            ode.Tsit5(),
+            0.0,
+            2.0,
+            0.05,
+            jnp.asarray(0.0),
+            saveat=ode.SaveAt(ts=save_ts),
+        ).ys
+
+    first = solve(jnp.array([0.3, 1.0, 1.9]))
+    count = len(traces)
+    second = solve(jnp.array([0.1, 0.2, 2.0]))
+    assert len(traces) == count
+    np.testing.assert_allclose(first, np.sin([0.3, 1.0, 1.9]), atol=1e-7)
+    np.testing.assert_allclose(second, np.sin([0.1, 0.2, 2.0]), atol=1e-7)

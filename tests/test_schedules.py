@@ -1,0 +1,242 @@
+"""Checkpoint schedules: the binomial rule against a brute-force optimum, the online slot
+table, and the exact recomputation order of the reverse sweep, observed through the vector
+field (as equinox's tests/test_while_loop.py does for its checkpointed while loop).
+
+Ticks are numbered from 0; "the state before tick k" is the carry the k-th step starts
+from. In the vector-field logs below, a tick of `Euler` evaluates the field exactly once,
+at the time the step starts, whether it runs forwards or inside a vector-Jacobian product.
+"""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+from adjoints._schedule import Online, forward_steps, next_checkpoint
+
+# ------------------------------------------------------------------ binomial rule
+
+
+@functools.cache
+def optimal_recomputations(ticks: int, free: int) -> int:
+    """Fewest forward ticks recomputed to reverse `ticks` ticks from one stored state with
+    `free` further slots (Griewank's recursion, by exhaustive dynamic programming): advance
+    m ticks and store, reverse the last ticks - m with one slot fewer, then the first m."""
+    if ticks == 1:
+        return 0
+    if free == 0:
+        return ticks * (ticks - 1) // 2
+    return min(
+        m + optimal_recomputations(ticks - m, free - 1) + optimal_recomputations(m, free)
+        for m in range(1, ticks)
+    )
+
+
+def test_next_checkpoint_python_and_traced_agree():
+    grid = [
+        (base, base + ticks - 1, free)
+        for base in (0, 1, 7, 1000)
+        for ticks in range(2, 90)
+        for free in range(1, 8)
+    ]
+    python = np.array([next_checkpoint(b, t, f) for b, t, f in grid])
+    base, target, free = (jnp.array(col, jnp.int32) for col in zip(*grid))
+    traced = jax.jit(jax.vmap(next_checkpoint))(base, target, free)
+    assert traced.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(traced), python)
+
+
+def test_next_checkpoint_is_an_optimal_split():
+    # The reverse sweep clips the choice to (base, target] (for two ticks the rule says
+    # `base`); after that clip, splitting there must cost no more than the optimum.
+    for ticks, free in itertools.product(range(2, 60), range(1, 6)):
+        base = 3
+        target = base + ticks - 1
+        m = min(max(next_checkpoint(base, target, free), base + 1), target) - base
+        cost = m + optimal_recomputations(ticks - m, free - 1) + optimal_recomputations(m, free)
+        assert cost == optimal_recomputations(ticks, free), (ticks, free, m)
+
+
+def test_forward_steps_is_the_optimum():
+    for n, slots in itertools.product(range(1, 41), range(1, 7)):
+        assert forward_steps(n, slots) == optimal_recomputations(n, slots - 1), (n, slots)
+
+
+def test_forward_steps_table_values():
+    assert forward_steps(1000, 10) == 3636
+    assert forward_steps(4096, 20) == 14360
+
+
+# ------------------------------------------------------------------ online slot table
+
+
+def test_online_thinning_keeps_multiples_of_the_stride():
+    slots = 4
+    schedule = Online(slots=slots)
+    stride = schedule.init()
+    table = jnp.full((slots,), -1, jnp.int32)
+    thinnings = 0
+    for k in range(41):
+        old_stride = int(stride)
+        due, slot, table, stride = schedule.store(jnp.int32(k), stride, table)
+        if int(stride) != old_stride:  # a thinning happened at this tick
+            thinnings += 1
+            assert int(stride) == 2 * old_stride
+            kept = [int(x) for x in table if x >= 0]
+            assert all(x % int(stride) == 0 for x in kept), (k, kept)
+        if bool(due):
+            assert int(table[slot]) == -1, "stored over a live slot"
+            table = table.at[slot].set(k)
+        kept = sorted(int(x) for x in table if x >= 0)
+        assert len(kept) <= slots
+        assert kept[0] == 0
+        # Exactly the multiples of the stride seen so far are held.
+        assert kept == list(range(0, k + 1, int(stride))), (k, kept, int(stride))
+    assert thinnings == 4  # strides 2, 4, 8, 16
+    # The docstring's spacing: n/slots <= stride <= 2n/slots after n = 41 ticks.
+    assert 41 / slots <= int(stride) <= 2 * 41 / slots
+
+
+def online_positions(n: int, slots: int) -> list[int]:
+    """States the online schedule holds after n ticks (driving `Online.store`)."""
+    schedule = Online(slots=slots)
+    stride, table = schedule.init(), jnp.full((slots,), -1, jnp.int32)
+    for k in range(n):
+        due, slot, table, stride = schedule.store(jnp.int32(k), stride, table)
+        if bool(due):
+            table = table.at[slot].set(k)
+    return sorted(int(x) for x in table if x >= 0)
+
+
+def online_reverse_evaluations(n: int, slots: int) -> int:
+    """Reverse-sweep ticks the Online docstring promises: the last tick is reversed from
+    the state the forward sweep kept (1 tick), then each gap between held states is
+    reversed by the binomial rule with the slots then free (those of later gaps are
+    released): g reversed ticks plus forward_steps(g, free + 1) recomputed."""
+    held = online_positions(n, slots)
+    total = 1
+    for start, end in zip(held, held[1:] + [n - 1]):
+        gap = end - start
+        free = slots - sum(1 for p in held if p <= start)
+        total += gap + forward_steps(gap, free + 1)
+    return total
+
+
+# ------------------------------------------------------- recomputation order, observed
+
+
+def euler_gradient_log(n, adjoint, traced_t1=False):
+    """d y(1)/d a for y' = -a y, y(0) = 1, n Euler steps, and the times at which the
+    vector field was evaluated while computing it (in order)."""
+    log = []
+
+    def field(t, y, a):
+        jax.debug.callback(lambda s: log.append(float(s)), t, ordered=True)
+        return -a * y
+
+    def final(a, t1):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field),
+            ode.Euler(),
+            0.0,
+            t1,
+            1.0 / n,
+            jnp.asarray(1.0),
+            a,
+            stepsize_controller=ode.ConstantStepSize(),
+            max_steps=n,
+            adjoint=adjoint,
+        )
+        return sol.ys[-1]
+
+    a = jnp.asarray(0.7)
+    if traced_t1:
+        # t1 traced: the number of steps is unknown at trace time, so no offline schedule.
+        grad = jax.jit(jax.grad(final))(a, jnp.asarray(1.0))
+    else:
+        grad = jax.grad(final)(a, 1.0)
+    jax.effects_barrier()
+    exact = -((1 - 0.7 / n) ** (n - 1))  # y_n = (1 - a/n)^n exactly for Euler
+    np.testing.assert_allclose(float(grad), exact, rtol=1e-13)
+    return np.asarray(log)
+
+
+def split_log(log, n):
+    """(initial derivative, forward sweep, reverse sweep), checking the first two."""
+    grid = np.arange(n) / n
+    np.testing.assert_allclose(log[:1], [0.0], atol=1e-15)
+    np.testing.assert_allclose(log[1 : n + 1], grid, atol=1e-12)
+    reverse = log[n + 1 :]
+    # Every reverse-sweep evaluation starts a step on the grid; the last reverses tick 0.
+    assert np.all(np.min(np.abs(reverse[:, None] - grid[None]), axis=1) < 1e-12)
+    assert abs(reverse[-1]) < 1e-15
+    return reverse
+
+
+def test_revolve_two_slots_exact_order():
+    # 5 ticks, 2 slots: the forward sweep keeps the states before ticks 0 and 2 (revolve's
+    # choice) and the one before tick 4. Reverse: tick 4 (kept); tick 3 from 2 (advance
+    # 2, reverse 3); tick 2 (held); tick 1 from 0 (advance 0, reverse 1); tick 0.
+    reverse = split_log(euler_gradient_log(5, ode.RecursiveCheckpointAdjoint(checkpoints=2)), 5)
+    np.testing.assert_allclose(reverse, [0.8, 0.4, 0.6, 0.4, 0.0, 0.2, 0.0], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        ode.RecursiveCheckpointAdjoint(),
+        ode.RecursiveCheckpointAdjoint(checkpoints=5),
+        ode.RecursiveCheckpointAdjoint(checkpoints=9),
+    ],
+    ids=["default", "checkpoints=n", "checkpoints>n"],
+)
+def test_taping_recomputes_nothing(adjoint):
+    n = 5
+    reverse = split_log(euler_gradient_log(n, adjoint), n)
+    np.testing.assert_allclose(reverse, np.arange(n)[::-1] / n, atol=1e-12)
+
+
+@pytest.mark.parametrize("n, slots", [(10, 3), (20, 4), (30, 3), (50, 5)])
+def test_revolve_recomputes_the_optimal_number_of_ticks(n, slots):
+    reverse = split_log(euler_gradient_log(n, ode.RecursiveCheckpointAdjoint(checkpoints=slots)), n)
+    # n reversed ticks, plus the optimum recomputed, less the n - 1 ticks the forward
+    # sweep already advanced from the last stored state (kept for the first reversal).
+    assert len(reverse) == n + forward_steps(n, slots) - (n - 1)
+    # Every tick is reversed, the latest first: its last evaluation in the sweep is in
+    # order n-1, ..., 0 (later evaluations of tick k would be recomputations after it).
+    last_seen = {round(t * n): i for i, t in enumerate(reverse)}
+    assert sorted(last_seen, key=last_seen.get) == list(range(n - 1, -1, -1))
+
+
+def test_online_schedule_when_the_step_count_is_unknown():
+    n, slots = 10, 3
+    reverse = split_log(
+        euler_gradient_log(n, ode.RecursiveCheckpointAdjoint(checkpoints=slots), traced_t1=True),
+        n,
+    )
+    # Derivation by hand for n = 10, 3 slots: the stride doubles at tick 3 (releasing 1)
+    # and at tick 6 (releasing 2), so the states before ticks 0, 4 and 8 are held, plus the
+    # one before tick 9 kept for the first reversal. Tick 9: 1 evaluation. Tick 8: 1.
+    # Ticks 4..7 with 1 free slot: revolve stores 5 (4 + b4), so 4, 5, 6 advance, 7
+    # reverses; 5 advances, 6 reverses; 5, 4 reverse: 8. Ticks 0..3 with 2 free slots:
+    # 0, 1, 2 advance (storing 1 and 2), 3, 2, 1, 0 reverse: 7. Total 17.
+    expected = [0.9, 0.8, 0.4, 0.5, 0.6, 0.7, 0.5, 0.6, 0.5, 0.4, 0.0, 0.1, 0.2, 0.3, 0.2, 0.1, 0.0]
+    np.testing.assert_allclose(reverse, expected, atol=1e-12)
+    assert online_positions(n, slots) == [0, 4, 8]
+    assert len(reverse) == online_reverse_evaluations(n, slots) == 17
+    # One more than revolve would need with the count known: the schedule is online.
+    assert len(reverse) == n + forward_steps(n, slots) - (n - 1) + 1
+
+
+def test_online_schedule_recomputation_bound():
+    n, slots = 16, 4  # slots = sqrt(n)
+    reverse = split_log(
+        euler_gradient_log(n, ode.RecursiveCheckpointAdjoint(checkpoints=slots), traced_t1=True),
+        n,
+    )
+    assert len(reverse) == online_reverse_evaluations(n, slots)
+    assert len(reverse) <= 3 * n
