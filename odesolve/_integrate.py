@@ -9,10 +9,9 @@ interpolation data (a few vectors) into a row buffer; after the loop every save 
 interpolated at once. `SaveAt(steps=...)` and `SaveAt(dense=True)` write rows the same way.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
-
-import functools
 
 import equinox as eqx
 import jax
@@ -150,8 +149,8 @@ def _start_derivative(config, params, state):
         return vf(state.t, state.y, args)
     if not config.jumps:
         return state.k0
-    t_after = jnp.nextafter(state.t, jnp.inf)  # the right limit at a discontinuity
-    return jax.lax.cond(state.made_jump, lambda: vf(t_after, state.y, args), lambda: state.k0)
+    # After a jump `t` is already just past it: this is the right limit.
+    return jax.lax.cond(state.made_jump, lambda: vf(state.t, state.y, args), lambda: state.k0)
 
 
 def _step(config: _Config, params: _Params, state: State) -> State:
@@ -174,7 +173,9 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     # below the jump time.
     t_new = jnp.where(accept, t1, t0)
     if jumped is not None:
-        t_new = jnp.where(jumped, jnp.nextafter(jnp.nextafter(t1, jnp.inf), jnp.inf), t_new)
+        past = jnp.nextafter(jnp.nextafter(t1, jnp.inf), jnp.inf)
+        # A shift of two ulps: as a time it moves with t1 (nextafter has no derivative).
+        t_new = jnp.where(jumped, t1 + jax.lax.stop_gradient(past - t1), t_new)
     next_end = jnp.minimum(proposal.next_end, params.t_end)
     next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
@@ -564,7 +565,7 @@ def _solve(
         controller=controller.wrap(direction),
         t_start=tau0,
         t_end=tau1,
-        clip_floor=tau1 - 100 * jnp.spacing(span),
+        clip_floor=tau1 - 100 * jnp.spacing(jax.lax.stop_gradient(span)),
         save_ts=save_ts,
         direction=direction,
         dt0=None if dt0 is None else direction * dt0,

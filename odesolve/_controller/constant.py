@@ -4,6 +4,7 @@ import math
 from typing import Any
 
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from .._results import RESULTS
@@ -40,7 +41,9 @@ class ConstantStepSize(AbstractStepSizeController):
                 "picks the first step automatically."
             )
         dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
-        n = jnp.maximum(jnp.ceil((t1 - t0) / jnp.nextafter(dt0, jnp.inf)), 1)
+        # The step count is an integer: no derivative flows through it.
+        span, step = lax.stop_gradient(t1 - t0), lax.stop_gradient(dt0)
+        n = jnp.maximum(jnp.ceil(span / jnp.nextafter(step, jnp.inf)), 1)
         state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1)
         return self._end_of(1, state), state
 

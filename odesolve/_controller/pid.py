@@ -133,7 +133,9 @@ class PIDController(AbstractStepSizeController):
 
     def jump_stops(self):
         """Where steps stop before each jump: the float just below it."""
-        return None if self.jump_ts is None else jnp.nextafter(self.jump_ts, -jnp.inf)
+        if self.jump_ts is None:
+            return None
+        return jnp.nextafter(lax.stop_gradient(self.jump_ts), -jnp.inf)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
         inv_prev, inv_prevprev, at_dtmin = state
