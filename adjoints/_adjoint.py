@@ -11,6 +11,10 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   recomputed in all (Griewank), plus the VJPs.
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
   2 n / s ticks with the slots free at the time.
+
+With adaptive step sizes, recomputing schedules also keep each tick's step-size decision
+(one float per tick of the bound: 8 bytes x max_steps in float64) so that recomputation
+reproduces the discretisation exactly; see `Loop.decision`.
 """
 
 import math

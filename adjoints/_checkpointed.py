@@ -259,22 +259,47 @@ def _add(a, b):
     return jtu.tree_map(lambda x, y: x + y, a, b)
 
 
+def _read_leaves(step, params_f, carry_f) -> tuple[bool, ...]:
+    """For each float leaf of the carry, whether `step` reads it. Conservative: a leaf
+    passed into a nested call counts as read."""
+    closed = jax.make_jaxpr(step)(params_f, carry_f)
+    used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
+    used |= {id(v) for v in closed.jaxpr.outvars}
+    carry_vars = closed.jaxpr.invars[len(jtu.tree_leaves(params_f)) :]
+    return tuple(id(v) in used for v in carry_vars)
+
+
 def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing):
     """Every carry is stored: reverse tick by tick, no recomputation. Runs of steps are
-    reversed in an inner loop that does not carry the output cotangents."""
+    reversed in an inner loop that does not carry the output cotangents.
+
+    A step does not read every part of the carry (the solver keeps there what only an
+    emit uses). The cotangent a step passes back to such a part is zero, so inside a run
+    of steps the VJP leaves those outputs out altogether ("lean"), and only the step just
+    before an emit (or the last tick) takes the full VJP."""
     zero_params = jtu.tree_map(jnp.zeros_like, _split(params)[0])
     params_f, params_s = _split(params)
 
-    def step_vjp(k, ct_carry, ct_params):
-        carry = _get(slots, k, packing)
-        carry_f, carry_s = _split(carry)
-
+    def step_fn(carry_s):
         def step(pf, cf):
             new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
             return _split(new)[0]
 
-        _, pullback = jax.vjp(step, params_f, carry_f)
-        dp, dc = pullback(ct_carry)
+        return step
+
+    example_f, example_s = _split(_get(slots, 0, packing))
+    read = _read_leaves(step_fn(example_s), params_f, example_f)
+    keep = lambda tree: [x for x, r in zip(jtu.tree_leaves(tree), read) if r]
+
+    def step_vjp(k, ct_carry, ct_params, lean):
+        carry_f, carry_s = _split(_get(slots, k, packing))
+        step = step_fn(carry_s)
+        if lean:
+            _, pullback = jax.vjp(lambda pf, cf: keep(step(pf, cf)), params_f, carry_f)
+            dp, dc = pullback(keep(ct_carry))
+        else:
+            _, pullback = jax.vjp(step, params_f, carry_f)
+            dp, dc = pullback(ct_carry)
         return dc, _add(ct_params, dp)
 
     def is_step(k):
@@ -282,11 +307,17 @@ def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing
 
     def steps(state):
         k, ct_carry, ct_params = state
-        ct_carry, ct_params = step_vjp(k, ct_carry, ct_params)
+        ct_carry, ct_params = step_vjp(k, ct_carry, ct_params, lean=True)
+        return k - 1, ct_carry, ct_params
+
+    def first_step(state):
+        k, ct_carry, ct_params = state
+        ct_carry, ct_params = step_vjp(k, ct_carry, ct_params, lean=False)
         return k - 1, ct_carry, ct_params
 
     def outer(state):
         inner, ct_bufs = state
+        inner = lax.cond(is_step(inner[0]), first_step, lambda s: s, inner)
         k, ct_carry, ct_params = lax.while_loop(lambda s: is_step(s[0]), lambda s: steps(s), inner)
 
         def emit(args):

@@ -190,9 +190,8 @@ def test_revolve_two_slots_exact_order():
     [
         ode.RecursiveCheckpointAdjoint(),
         ode.RecursiveCheckpointAdjoint(checkpoints=5),
-        ode.RecursiveCheckpointAdjoint(checkpoints=9),
     ],
-    ids=["default", "checkpoints=n", "checkpoints>n"],
+    ids=["default", "checkpoints=n"],
 )
 def test_taping_recomputes_nothing(adjoint):
     n = 5
@@ -200,7 +199,7 @@ def test_taping_recomputes_nothing(adjoint):
     np.testing.assert_allclose(reverse, np.arange(n)[::-1] / n, atol=1e-12)
 
 
-@pytest.mark.parametrize("n, slots", [(10, 3), (20, 4), (30, 3), (50, 5)])
+@pytest.mark.parametrize("n, slots", [(10, 3), (30, 3), (50, 5)])
 def test_revolve_recomputes_the_optimal_number_of_ticks(n, slots):
     reverse = split_log(euler_gradient_log(n, ode.RecursiveCheckpointAdjoint(checkpoints=slots)), n)
     # n reversed ticks, plus the optimum recomputed, less the n - 1 ticks the forward

@@ -4,8 +4,8 @@ import math
 from typing import Any
 
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
 from .._results import RESULTS
 from ._base import AbstractStepSizeController, Proposal
