@@ -70,7 +70,9 @@ def _forward(loop, schedule, params, init, buffers):
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
     packing = _Packing.of(init)
-    slots = packing.empty(schedule.slots)
+    # One extra row: a state that is not kept is written there, so that storing is a
+    # plain row write every tick rather than a branch carrying all the slots.
+    slots = packing.empty(schedule.slots + 1)
     slot_index = jnp.full((schedule.slots,), -1, jnp.int32)
     taping = isinstance(schedule, Tape)
     replaying = loop.decision is not None and not taping
@@ -84,13 +86,10 @@ def _forward(loop, schedule, params, init, buffers):
 
     def record(k, carry, slots, slot_index, sched):
         store, slot, slot_index, sched = schedule.store(k, sched, slot_index)
-        if taping:  # every state: no branch needed
+        if taping:  # every state
             return _put(slots, slot, carry, packing), slot_index, sched
-        slots, slot_index = lax.cond(
-            store,
-            lambda: (_put(slots, slot, carry, packing), slot_index.at[slot].set(k)),
-            lambda: (slots, slot_index),
-        )
+        slots = _put(slots, jnp.where(store, slot, schedule.slots), carry, packing)
+        slot_index = jnp.where(store, slot_index.at[slot].set(k), slot_index)
         return slots, slot_index, sched
 
     def steps_cond(state):
@@ -344,93 +343,60 @@ def _nearest(slot_index, target):
 
 
 def _reverse_recompute(
-    loop,
-    params,
-    n,
-    slots,
-    slot_index,
-    last,
-    decisions,
-    ct_final,
-    ct_buffers,
-    scratch,
-    packing,
+    loop, params, n, slots, slot_index, last, decisions, ct_final, ct_buffers, scratch, packing
 ):
-    """Reverse with recomputation from the stored carries (Griewank's binomial rule for
-    every state stored on the way)."""
+    """Reverse with recomputation from the stored carries, placing further checkpoints by
+    Griewank's binomial rule. Each iteration either advances one tick or reverses one;
+    only that work is under a branch: the slot bookkeeping is branch-free, so the slots
+    never pass through a `cond` (which would copy them every iteration)."""
     zero_params = jtu.tree_map(jnp.zeros_like, _split(params)[0])
+    scratch_slot = slot_index.shape[0]
 
-    def plan(slot_index, target):
-        """Load the nearest state and decide where the next checkpoint goes."""
-        j = _nearest(slot_index, target)
-        base = slot_index[j]
-        free = jnp.sum(slot_index < 0).astype(jnp.int32)
-        nxt = lax.cond(
-            (free > 0) & (base < target),
-            lambda: next_checkpoint(base, target, free),
-            lambda: target,
-        )
-        return j, base, jnp.clip(nxt, base + 1, target)
-
-    def reverse_one(state):
-        target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
+    def reverse(args):
+        carry, ct_carry, ct_params, ct_bufs, _ = args
         dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs)
-        slot_index = jnp.where(slot_index >= target, -1, slot_index)
-        target = target - 1
-        j, base, nxt = plan(slot_index, jnp.maximum(target, 0))
-        return (
-            target,
-            base,
-            _get(slots, j, packing),
-            nxt,
-            slots,
-            slot_index,
-            dc,
-            _add(ct_params, dp),
-            ct_bufs,
-        )
+        return carry, dc, _add(ct_params, dp), ct_bufs
 
-    def advance_one(state):
-        target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
+    def advance(args):
+        carry, ct_carry, ct_params, ct_bufs, index = args
         carry, _ = loop.tick(params, carry, scratch)
-        index = index + 1
         if decisions is not None:
-            carry = loop.replay(carry, decisions[index])
-        store = (index == nxt) & (index < target)
-        free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
-        slots, slot_index = lax.cond(
-            store,
-            lambda: (
-                _put(slots, free_slot, carry, packing),
-                slot_index.at[free_slot].set(index),
-            ),
-            lambda: (slots, slot_index),
+            carry = loop.replay(carry, decisions[index + 1])
+        return carry, ct_carry, ct_params, ct_bufs
+
+    def body(state):
+        target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
+        reversing = index == target
+        carry, ct_carry, ct_params, ct_bufs = lax.cond(
+            reversing, reverse, advance, (carry, ct_carry, ct_params, ct_bufs, index)
         )
+        # Advanced: maybe keep the new state in a free slot.
+        advanced = index + 1
+        store = ~reversing & (advanced == nxt) & (advanced < target)
+        free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
+        slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
+        slot_index = jnp.where(store, slot_index.at[free_slot].set(advanced), slot_index)
+        # Reversed: release the states at or after the tick just reversed, restore the
+        # latest one before it.
+        slot_index = jnp.where(reversing & (slot_index >= target), -1, slot_index)
+        target = jnp.where(reversing, target - 1, target)
+        j = _nearest(slot_index, jnp.maximum(target, 0))
+        restored = _get(slots, j, packing)
+        carry = jtu.tree_map(lambda a, b: jnp.where(reversing, a, b), restored, carry)
+        index = jnp.where(reversing, slot_index[j], advanced)
+        # Where the next checkpoint goes, after a restore or a store.
         free = jnp.sum(slot_index < 0).astype(jnp.int32)
+        replan = (reversing | store) & (free > 0) & (index < target)
         nxt = lax.cond(
-            store & (free > 0) & (index < target),
+            replan,
             lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
-            lambda: jnp.where(store, target, nxt),
+            lambda: jnp.where(reversing | store, target, nxt),
         )
         return (target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs)
 
-    def body(state):
-        target, index = state[0], state[1]
-        return lax.cond(index == target, reverse_one, advance_one, state)
-
     # Start at the last tick, whose carry the forward sweep kept.
     target = n - 1
-    state = (
-        target,
-        target,
-        last,
-        target,
-        slots,
-        slot_index,
-        ct_final,
-        zero_params,
-        ct_buffers,
-    )
+    state = (target, target, last, target, slots, slot_index, ct_final, zero_params, ct_buffers)
     out = lax.while_loop(lambda s: s[0] >= 0, lambda s: body(s), state)
     return out[7], out[6]
 

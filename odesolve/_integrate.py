@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -678,7 +679,15 @@ def _check_result(code) -> None:
 
 
 def _raise_if_failed(sol: Solution, result) -> Solution:
-    """A host callback that raises when the solve failed. (Not `eqx.error_if`: under
+    """A host callback that raises when the solve failed. It runs only on failure: the
+    branch predicate is reduced over any `vmap` batch (`unvmap_any`), so a batched solve
+    does not turn the branch into a callback on every call. (Not `eqx.error_if`: under
     `jax.checking_leaks()` inside `jit` that trips JAX's leak checker.)"""
-    jax.debug.callback(_check_result, result)
+    failed = (result != RESULTS.successful) & (result != RESULTS.event_occurred)
+    jax.lax.cond(
+        eqxi.unvmap_any(failed),
+        lambda r: jax.debug.callback(_check_result, r),
+        lambda r: None,
+        result,
+    )
     return sol
