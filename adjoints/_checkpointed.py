@@ -346,36 +346,38 @@ def _reverse_recompute(
     loop, params, n, slots, slot_index, last, decisions, ct_final, ct_buffers, scratch, packing
 ):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
-    Griewank's binomial rule. Each iteration either advances one tick or reverses one;
-    only that work is under a branch: the slot bookkeeping is branch-free, so the slots
-    never pass through a `cond` (which would copy them every iteration)."""
+    Griewank's binomial rule. Each iteration advances (in an inner loop of bare ticks) to
+    the next checkpoint or to the tick to reverse, then stores or reverses. The slot
+    bookkeeping is branch-free, so the slots never pass through a `cond` (which would copy
+    them every iteration)."""
     zero_params = jtu.tree_map(jnp.zeros_like, _split(params)[0])
     scratch_slot = slot_index.shape[0]
 
-    def reverse(args):
-        carry, ct_carry, ct_params, ct_bufs, _ = args
-        dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs)
-        return carry, dc, _add(ct_params, dp), ct_bufs
-
-    def advance(args):
-        carry, ct_carry, ct_params, ct_bufs, index = args
+    def tick(state):
+        carry, index = state
         carry, _ = loop.tick(params, carry, scratch)
         if decisions is not None:
             carry = loop.replay(carry, decisions[index + 1])
-        return carry, ct_carry, ct_params, ct_bufs
+        return carry, index + 1
+
+    def reverse(args):
+        carry, ct_carry, ct_params, ct_bufs = args
+        dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs)
+        return carry, dc, _add(ct_params, dp), ct_bufs
 
     def body(state):
         target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
+        stop = jnp.minimum(nxt, target)
+        carry, index = lax.while_loop(lambda s: s[1] < stop, lambda s: tick(s), (carry, index))
         reversing = index == target
         carry, ct_carry, ct_params, ct_bufs = lax.cond(
-            reversing, reverse, advance, (carry, ct_carry, ct_params, ct_bufs, index)
+            reversing, reverse, lambda a: a, (carry, ct_carry, ct_params, ct_bufs)
         )
-        # Advanced: maybe keep the new state in a free slot.
-        advanced = index + 1
-        store = ~reversing & (advanced == nxt) & (advanced < target)
+        # Stopped short of the target: keep this state in a free slot.
+        store = ~reversing
         free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
         slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
-        slot_index = jnp.where(store, slot_index.at[free_slot].set(advanced), slot_index)
+        slot_index = jnp.where(store, slot_index.at[free_slot].set(index), slot_index)
         # Reversed: release the states at or after the tick just reversed, restore the
         # latest one before it.
         slot_index = jnp.where(reversing & (slot_index >= target), -1, slot_index)
@@ -383,14 +385,13 @@ def _reverse_recompute(
         j = _nearest(slot_index, jnp.maximum(target, 0))
         restored = _get(slots, j, packing)
         carry = jtu.tree_map(lambda a, b: jnp.where(reversing, a, b), restored, carry)
-        index = jnp.where(reversing, slot_index[j], advanced)
-        # Where the next checkpoint goes, after a restore or a store.
+        index = jnp.where(reversing, slot_index[j], index)
+        # Where the next checkpoint goes from here (the target itself if no slot is free).
         free = jnp.sum(slot_index < 0).astype(jnp.int32)
-        replan = (reversing | store) & (free > 0) & (index < target)
         nxt = lax.cond(
-            replan,
+            (free > 0) & (index < target),
             lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
-            lambda: jnp.where(reversing | store, target, nxt),
+            lambda: target,
         )
         return (target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs)
 
