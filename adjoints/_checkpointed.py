@@ -222,13 +222,13 @@ def _clear_row(buffer, row):
     return jtu.tree_map(lambda b: b.at[row].set(0), buffer)
 
 
-def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers):
+def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     """Cotangents of (params, carry) for one tick, given those of its outputs.
 
     The tick is an emit or a step depending on `pending(carry)`; branching here, outside
     the VJP, means each branch linearises only its own work, and only an emit reads and
     clears output cotangents."""
-    params_f, params_s = _split(params)
+    params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = _split(carry)
     whole = lambda pf, cf: (eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
 
@@ -268,7 +268,7 @@ def _read_leaves(step, params_f, carry_f) -> tuple[bool, ...]:
     return tuple(id(v) in used for v in carry_vars)
 
 
-def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing):
+def _reverse_tape(loop, params, diff, n, slots, ct_final, ct_buffers, scratch, packing):
     """Every carry is stored: reverse tick by tick, no recomputation. Runs of steps are
     reversed in an inner loop that does not carry the output cotangents.
 
@@ -276,8 +276,8 @@ def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing
     emit uses). The cotangent a step passes back to such a part is zero, so inside a run
     of steps the VJP leaves those outputs out altogether ("lean"), and only the step just
     before an emit (or the last tick) takes the full VJP."""
-    zero_params = jtu.tree_map(jnp.zeros_like, _split(params)[0])
-    params_f, params_s = _split(params)
+    params_f, params_s = eqx.partition(params, diff)
+    zero_params = jtu.tree_map(jnp.zeros_like, params_f)
 
     def step_fn(carry_s):
         def step(pf, cf):
@@ -322,7 +322,7 @@ def _reverse_tape(loop, params, n, slots, ct_final, ct_buffers, scratch, packing
         def emit(args):
             ct_carry, ct_params, ct_bufs = args
             dp, dc, ct_bufs = _tick_vjp(
-                loop, params, _get(slots, k, packing), scratch, ct_carry, ct_bufs
+                loop, params, _get(slots, k, packing), scratch, ct_carry, ct_bufs, diff
             )
             return dc, _add(ct_params, dp), ct_bufs
 
@@ -343,14 +343,25 @@ def _nearest(slot_index, target):
 
 
 def _reverse_recompute(
-    loop, params, n, slots, slot_index, last, decisions, ct_final, ct_buffers, scratch, packing
+    loop,
+    params,
+    diff,
+    n,
+    slots,
+    slot_index,
+    last,
+    decisions,
+    ct_final,
+    ct_buffers,
+    scratch,
+    packing,
 ):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
     Griewank's binomial rule. Each iteration advances (in an inner loop of bare ticks) to
     the next checkpoint or to the tick to reverse, then stores or reverses. The slot
     bookkeeping is branch-free, so the slots never pass through a `cond` (which would copy
     them every iteration)."""
-    zero_params = jtu.tree_map(jnp.zeros_like, _split(params)[0])
+    zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     scratch_slot = slot_index.shape[0]
 
     def tick(state):
@@ -362,7 +373,7 @@ def _reverse_recompute(
 
     def reverse(args):
         carry, ct_carry, ct_params, ct_bufs = args
-        dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs)
+        dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
         return carry, dc, _add(ct_params, dp), ct_bufs
 
     def body(state):
@@ -429,14 +440,18 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, sche
     ct_final = _split(_materialise(ct_final, final_shape))[0]  # float leaves only
     ct_buffers = _materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     scratch = scratch_writes(buffers)
+    # Only the inputs being differentiated: a parameter that is not (save times, the
+    # controller's tolerances) would otherwise get a cotangent accumulated every step.
+    diff = jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
     if isinstance(schedule, Tape):
         ct_params, ct_init = _reverse_tape(
-            loop, params, n, slots, ct_final, ct_buffers, scratch, _Packing.of(init)
+            loop, params, diff, n, slots, ct_final, ct_buffers, scratch, _Packing.of(init)
         )
     else:
         ct_params, ct_init = _reverse_recompute(
             loop,
             params,
+            diff,
             n,
             slots,
             slot_index,
