@@ -62,10 +62,9 @@ def num_ticks_bound(loop: Loop) -> int:
 
 
 def _forward(loop, schedule, params, init, buffers):
-    """Run the loop, storing carries per `schedule`. Returns the final carry, buffers, the
-    number of ticks, the slots with their tick indices (-1 = empty), and the carry before
-    the last tick (revolve's first "youturn" starts from it, so the last stretch of the
-    sweep is not recomputed; None when taping, where it is in the tape).
+    """Run the loop, storing carries per `schedule`. Returns the final carry, the buffers
+    and a `_Sweep`. Its `last` is the carry before the last tick: revolve's first
+    "youturn" starts from it, so the last stretch of the sweep is not recomputed.
 
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
@@ -136,7 +135,17 @@ def _forward(loop, schedule, params, init, buffers):
     (k, final, prev, slots, slot_index, _, decisions), buffers = lax.while_loop(
         lambda s: loop.going(params, s[0][1]), lambda s: outer_body(s), (ticks, buffers)
     )
-    return final, buffers, k, slots, slot_index, prev, decisions
+    return final, buffers, _Sweep(k, slots, slot_index, prev, decisions)
+
+
+class _Sweep(eqx.Module):
+    """What the forward sweep leaves for the reverse sweep."""
+
+    n: Any  # ticks taken
+    slots: Any  # stored carries, packed; one scratch row at the end
+    slot_index: Any  # tick held by each slot, -1 if free
+    last: Any  # carry before the last tick (None when taping)
+    decisions: Any  # step-size decision after each tick (None unless replaying)
 
 
 def _decision_tape(loop, init, bound):
@@ -268,7 +277,7 @@ def _read_leaves(step, params_f, carry_f) -> tuple[bool, ...]:
     return tuple(id(v) in used for v in carry_vars)
 
 
-def _reverse_tape(loop, params, diff, n, slots, ct_final, ct_buffers, scratch, packing):
+def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, packing):
     """Every carry is stored: reverse tick by tick, no recomputation. Runs of steps are
     reversed in an inner loop that does not carry the output cotangents.
 
@@ -278,6 +287,7 @@ def _reverse_tape(loop, params, diff, n, slots, ct_final, ct_buffers, scratch, p
     before an emit (or the last tick) takes the full VJP."""
     params_f, params_s = eqx.partition(params, diff)
     zero_params = jtu.tree_map(jnp.zeros_like, params_f)
+    n, slots = sweep.n, sweep.slots
 
     def step_fn(carry_s):
         def step(pf, cf):
@@ -342,26 +352,14 @@ def _nearest(slot_index, target):
     return jnp.argmax(eligible).astype(jnp.int32)
 
 
-def _reverse_recompute(
-    loop,
-    params,
-    diff,
-    n,
-    slots,
-    slot_index,
-    last,
-    decisions,
-    ct_final,
-    ct_buffers,
-    scratch,
-    packing,
-):
+def _reverse_recompute(loop, params, diff, sweep, ct_final, ct_buffers, scratch, packing):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
     Griewank's binomial rule. Each iteration advances (in an inner loop of bare ticks) to
     the next checkpoint or to the tick to reverse, then stores or reverses. The slot
     bookkeeping is branch-free, so the slots never pass through a `cond` (which would copy
     them every iteration)."""
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
+    n, slots, slot_index, decisions = sweep.n, sweep.slots, sweep.slot_index, sweep.decisions
     scratch_slot = slot_index.shape[0]
 
     def tick(state):
@@ -408,7 +406,17 @@ def _reverse_recompute(
 
     # Start at the last tick, whose carry the forward sweep kept.
     target = n - 1
-    state = (target, target, last, target, slots, slot_index, ct_final, zero_params, ct_buffers)
+    state = (
+        target,
+        target,
+        sweep.last,
+        target,
+        slots,
+        slot_index,
+        ct_final,
+        zero_params,
+        ct_buffers,
+    )
     out = lax.while_loop(lambda s: s[0] >= 0, lambda s: body(s), state)
     return out[7], out[6]
 
@@ -425,15 +433,12 @@ def _differentiable_loop(params_and_init, buffers, *, loop, schedule):
 @_differentiable_loop.def_fwd
 def _fwd(perturbed, params_and_init, buffers, *, loop, schedule):
     params, init = params_and_init
-    final, buffers, n, slots, slot_index, last, decisions = _forward(
-        loop, schedule, params, init, buffers
-    )
-    return (final, buffers), (n, slots, slot_index, last, decisions)
+    final, buffers, sweep = _forward(loop, schedule, params, init, buffers)
+    return (final, buffers), sweep
 
 
 @_differentiable_loop.def_bwd
-def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule):
-    n, slots, slot_index, last, decisions = residuals
+def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule):
     params, init = params_and_init
     ct_final, ct_buffers = grad_obj
     final_shape = jax.eval_shape(lambda: init)
@@ -443,25 +448,10 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, sche
     # Only the inputs being differentiated: a parameter that is not (save times, the
     # controller's tolerances) would otherwise get a cotangent accumulated every step.
     diff = jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
-    if isinstance(schedule, Tape):
-        ct_params, ct_init = _reverse_tape(
-            loop, params, diff, n, slots, ct_final, ct_buffers, scratch, _Packing.of(init)
-        )
-    else:
-        ct_params, ct_init = _reverse_recompute(
-            loop,
-            params,
-            diff,
-            n,
-            slots,
-            slot_index,
-            last,
-            decisions,
-            ct_final,
-            ct_buffers,
-            scratch,
-            _Packing.of(init),
-        )
+    reverse = _reverse_tape if isinstance(schedule, Tape) else _reverse_recompute
+    ct_params, ct_init = reverse(
+        loop, params, diff, sweep, ct_final, ct_buffers, scratch, _Packing.of(init)
+    )
     return ct_params, ct_init
 
 

@@ -35,20 +35,21 @@ class StepRows(eqx.Module):
         found = index < self.count.astype(index.dtype)
         return jnp.clip(index, 0, jnp.maximum(self.count.astype(index.dtype) - 1, 0)), found
 
-    def evaluate(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+    def _local(self, tau):
+        """Each tau's row, step size h and position theta in [0, 1] within its step."""
         index, found = self.locate(tau)
         t_start, t_end = self.t_start[index], self.t_end[index]
         h = t_end - t_start
-        theta = (tau - t_start) / jnp.where(h == 0, 1, h)
+        return index, found, h, (tau - t_start) / jnp.where(h == 0, 1, h)
+
+    def evaluate(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+        index, found, h, theta = self._local(tau)
         weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
         y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
         return jnp.where(found[:, None], y, jnp.inf)
 
     def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
-        index, found = self.locate(tau)
-        t_start, t_end = self.t_start[index], self.t_end[index]
-        h = t_end - t_start
-        theta = (tau - t_start) / jnp.where(h == 0, 1, h)
+        index, found, h, theta = self._local(tau)
         weights = interpolation_slopes(jnp.asarray(interp, h.dtype), theta)
         dy = jnp.einsum("ms,msn->mn", weights, self.stages[index])
         return jnp.where(found[:, None], dy, jnp.inf)
