@@ -1,0 +1,129 @@
+"""Measuring one case: compile each entry, check its result, time all of them interleaved.
+
+- Compile time: wall time of `jax.jit(f).lower(*inputs).compile()` (trace, lower and XLA
+  compile; the first call of a jitted function pays exactly this on top of a run).
+- Run time: median over `repeats` rounds; each round calls every entry once, in turn, and
+  blocks on its result, so load from other users of the machine hits all entries alike.
+  With a time budget, slow cases get fewer rounds (at least 3; the row says how many).
+- Memory: XLA's temp buffer size from the compiled executable (deterministic).
+- Work: steps from the solver's stats (largest over a batch: a vmapped loop runs that many
+  iterations), vector-field evaluations from the steps.
+"""
+
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from ._spec import Case, Entry
+
+
+@dataclasses.dataclass
+class Compiled:
+    """An entry's executable and what compiling it told us."""
+
+    executable: Callable
+    compile_s: float
+    temp_bytes: int | None
+
+
+def compile_function(fn: Callable, inputs: tuple) -> Compiled:
+    """Compile `fn` for `inputs`, timing trace + lower + XLA compile."""
+    start = time.perf_counter()
+    executable = jax.jit(fn).lower(*inputs).compile()
+    compile_s = time.perf_counter() - start
+    analysis = executable.memory_analysis()
+    # Some backends return no analysis (or a list of one per device).
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else None
+    temp = None if analysis is None else int(analysis.temp_size_in_bytes)
+    return Compiled(executable, compile_s, temp)
+
+
+def timed_call(executable: Callable, inputs: tuple) -> float:
+    """Seconds for one call, including waiting for the result."""
+    start = time.perf_counter()
+    jax.block_until_ready(executable(*inputs))
+    return time.perf_counter() - start
+
+
+def interleaved_medians(executables: list, inputs: tuple, repeats: int) -> list[float]:
+    """Median seconds per call of each executable, calling them in turn `repeats` times."""
+    samples = [[] for _ in executables]
+    for _ in range(repeats):
+        for times, executable in zip(samples, executables):
+            times.append(timed_call(executable, inputs))
+    return [statistics.median(times) for times in samples]
+
+
+def _steps(num_steps) -> int | None:
+    return None if num_steps is None else int(np.max(np.asarray(num_steps)))
+
+
+def progress(message: str) -> None:
+    """One line of progress on stderr, so stdout stays the table."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
+    """Run a freshly compiled entry once (warm-up) and record everything but its run time."""
+    start = time.perf_counter()
+    result, num_steps = jax.block_until_ready(compiled.executable(*case.inputs))
+    warm_s = time.perf_counter() - start
+    steps = _steps(num_steps)
+    error = case.error(result) if case.error is not None and entry.comparable else None
+    return dict(
+        workload=case.workload,
+        case=case.label,
+        library=entry.library,
+        compile_s=compiled.compile_s,
+        temp_bytes=compiled.temp_bytes,
+        steps=steps,
+        vf_evals=None if steps is None or entry.evals is None else int(entry.evals(steps)),
+        error=error,
+        error_of=case.error_of if error is not None else None,
+        batch=case.batch,
+        warm_s=warm_s,
+    )
+
+
+def affordable_repeats(repeats: int, seconds_per_round: float, budget_s: float | None) -> int:
+    """`repeats`, or fewer (never under 3) when a round of calls is so slow that they
+    would take more than `budget_s` (quick mode: it has minutes, not hours)."""
+    if budget_s is None or seconds_per_round * repeats <= budget_s:
+        return repeats
+    return max(min(repeats, 3), int(budget_s / seconds_per_round))
+
+
+def measure_case(case: Case, repeats: int, budget_s: float | None = None) -> list[dict]:
+    """One row per entry of `case`: compile time, run time, memory, steps, error."""
+    rows, executables = {}, []
+    for entry in case.entries:
+        compiled = compile_function(entry.build(rows), case.inputs)
+        rows[entry.library] = _first_row(case, entry, compiled)
+        executables.append(compiled.executable)
+        progress(f"  {case.label}: {entry.library} compiled in {compiled.compile_s:.2f} s")
+    repeats = affordable_repeats(repeats, sum(r.pop("warm_s") for r in rows.values()), budget_s)
+    medians = interleaved_medians(executables, case.inputs, repeats)
+    for row, seconds in zip(rows.values(), medians):
+        row["run_ms"], row["repeats"] = 1e3 * seconds, repeats
+        row["solves_per_s"] = None if case.batch is None else case.batch / seconds
+    progress(
+        f"  {case.label}: "
+        + ", ".join(f"{name} {row['run_ms']:.3g} ms" for name, row in rows.items())
+    )
+    return list(rows.values())
+
+
+def add_ratios(rows: list[dict], key: str = "run_ms", base: str = "diffrax") -> list[dict]:
+    """Set each row's `ratio`: its `key` over that of `base` in the same case (lower is
+    better); None where the case has no `base` row (Diffrax not installed)."""
+    reference = {row["case"]: row[key] for row in rows if row["library"] == base}
+    for row in rows:
+        denominator = reference.get(row["case"])
+        row["ratio"] = None if not denominator else row[key] / denominator
+    return rows

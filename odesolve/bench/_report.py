@@ -1,0 +1,123 @@
+"""What a run leaves behind: the table on stdout, `results.json` and `ratios.png`."""
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+
+import jax
+
+COLUMNS = (
+    # (header, width, row -> text)
+    ("case", 20, lambda r: r["case"]),
+    ("library", 40, lambda r: r["library"]),
+    ("compile s", 9, lambda r: _number(r["compile_s"], "{:.2f}")),
+    ("run ms", 9, lambda r: _number(r["run_ms"], "{:.3g}")),
+    ("ratio", 6, lambda r: _number(r["ratio"], "{:.2f}")),
+    ("steps", 7, lambda r: _number(r["steps"], "{:d}")),
+    ("vf evals", 9, lambda r: _number(r["vf_evals"], "{:d}")),
+    ("error", 8, lambda r: _number(r["error"], "{:.1e}")),
+    ("XLA temp", 9, lambda r: _bytes(r["temp_bytes"])),
+    ("solves/s", 9, lambda r: _number(r["solves_per_s"], "{:.3g}")),
+)
+
+
+def _number(value, spec: str) -> str:
+    return "-" if value is None else spec.format(value)
+
+
+def _bytes(count: int | None) -> str:
+    """Bytes in B, KB, MB or GB (powers of 1000, as the README quotes them)."""
+    if count is None:
+        return "-"
+    for unit in ("B", "KB", "MB"):
+        if count < 1000:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.3g} {unit}"
+        count /= 1000
+    return f"{count:.3g} GB"
+
+
+def table(rows: list[dict]) -> str:
+    """Rows as a fixed-width text table, a rule between cases."""
+    line = lambda cells: "  ".join(
+        f"{c:<{w}}" if i < 2 else f"{c:>{w}}"
+        for i, (c, (_, w, _)) in enumerate(zip(cells, COLUMNS))
+    )
+    out = [line([h for h, _, _ in COLUMNS])]
+    previous = None
+    for row in rows:
+        if previous is not None and row["case"] != previous:
+            out.append("")
+        out.append(line([text(row) for _, _, text in COLUMNS]))
+        previous = row["case"]
+    return "\n".join(out)
+
+
+def target_lines(targets: dict) -> str:
+    """One line per workload: its target, whether odesolve met it, and the figures."""
+    verdict = {True: "met", False: "NOT met", None: "undecided"}
+    return "\n".join(
+        f"{wid} target {t['target']}: {verdict[t['met']]} ({t['detail']})"
+        for wid, t in targets.items()
+    )
+
+
+def metadata(mode: str, repeats: int, peers: dict) -> dict:
+    """Where and with what the numbers were measured."""
+    device = jax.devices()[0]
+    versions = {name: getattr(module, "__version__", None) for name, module in peers.items()}
+    versions["jax"], versions["python"] = jax.__version__, platform.python_version()
+    versions.pop("jax.experimental.ode", None)  # it is jax's own version
+    return dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        machine=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(),
+        backend=jax.default_backend(),
+        device=f"{device.platform}:{device.id} {device.device_kind}",
+        versions=versions,
+        mode=mode,
+        repeats=repeats,
+        method=(
+            "compile_s: wall time of jax.jit(f).lower(*inputs).compile(); run_ms: median of "
+            "interleaved calls after a warm-up, each blocked on; ratio: run_ms / diffrax's in "
+            "the same case (W7: compile_s); temp_bytes: XLA memory_analysis temp size; "
+            "vf_evals: of one forward solve, from the step count"
+        ),
+    )
+
+
+def write_json(path: Path, results: dict) -> None:
+    path.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n")
+
+
+def write_plot(path: Path, rows: list[dict], targets: dict) -> bool:
+    """Horizontal bars of each library's ratio to Diffrax per case (log scale), with the
+    line at 1 (Diffrax) and odesolve's target for each workload. False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+
+    matplotlib.use("Agg")  # no display on CI or servers
+    import matplotlib.pyplot as plt
+
+    bars = [r for r in rows if r["ratio"] is not None and r["library"] != "diffrax"]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(bars) + 1.5))
+    positions = range(len(bars))[::-1]
+    colors = ["tab:blue" if r["library"].startswith("odesolve") else "tab:gray" for r in bars]
+    ax.barh(list(positions), [r["ratio"] for r in bars], color=colors)
+    for y, row in zip(positions, bars):
+        goal = targets.get(row["workload"], {}).get("ratio")
+        if goal is not None and row["library"].startswith("odesolve"):
+            ax.plot([goal, goal], [y - 0.4, y + 0.4], color="tab:red", linewidth=2)
+    ax.set_yticks(list(positions), [f"{r['case']}  {r['library']}" for r in bars], fontsize=7)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("time / diffrax's time, same run (W7: compile time); red: target")
+    ax.set_title(f"odesolve.bench on {jax.default_backend()}: lower is better", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
