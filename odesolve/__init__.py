@@ -55,6 +55,9 @@ from ._saveat import SaveAt as SaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution
 from ._solver import (
+    AbstractImplicitRungeKutta as AbstractImplicitRungeKutta,
+)
+from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
 )
 from ._solver import (
@@ -74,6 +77,18 @@ from ._solver import (
 )
 from ._solver import (
     Heun as Heun,
+)
+from ._solver import (
+    ImplicitEuler as ImplicitEuler,
+)
+from ._solver import (
+    Kvaerno3 as Kvaerno3,
+)
+from ._solver import (
+    Kvaerno4 as Kvaerno4,
+)
+from ._solver import (
+    Kvaerno5 as Kvaerno5,
 )
 from ._solver import (
     Midpoint as Midpoint,

@@ -37,6 +37,7 @@ from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
 from ._saveat import SaveAt, save_y
 from ._solution import DenseInterpolation, Solution, StepRows
+from ._solver._runge_kutta import StepContext
 from ._term import ODETerm
 from ._validate import normalise_inputs
 
@@ -157,7 +158,11 @@ def _start_derivative(config, params, state):
 def _step(config: _Config, params: _Params, state: State) -> State:
     t0, t1 = state.t, state.t_next
     k0 = _start_derivative(config, params, state)
-    step = config.solver.step(params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error)
+    # Implicit solvers take their Newton tolerances from the controller (see StepContext).
+    context = StepContext(params.controller.tolerances(), params.direction, config.spec)
+    step = config.solver.step(
+        params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error, context
+    )
     proposal = params.controller.adapt(
         t0,
         t1,

@@ -43,6 +43,11 @@ class AbstractStepSizeController(eqx.Module):
         """Where steps stop before each jump time (None: no jumps)."""
         return None
 
+    def tolerances(self) -> tuple[Any, Any] | None:
+        """(rtol, atol) of the error control, or None for fixed step sizes. Implicit
+        solvers derive their Newton tolerances from these."""
+        return None
+
     def num_steps(self, t0: Any, t1: Any, dt0: Any) -> int | None:
         """The number of steps when it is known before solving (static), else None."""
         return None

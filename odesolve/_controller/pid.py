@@ -70,6 +70,9 @@ class PIDController(AbstractStepSizeController):
     def needs_error(self) -> bool:
         return True
 
+    def tolerances(self):
+        return self.rtol, self.atol
+
     def wrap(self, direction):
         def flip(ts):
             return None if ts is None else jnp.sort(jnp.asarray(ts) * direction)

@@ -1,5 +1,7 @@
+from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._runge_kutta import AbstractRungeKutta as AbstractRungeKutta
 from ._tableau import ButcherTableau as ButcherTableau
+from ._tableau import ImplicitTableau as ImplicitTableau
 from .dopri5 import Dopri5 as Dopri5
 from .dopri8 import Dopri8 as Dopri8
 from .explicit import (
@@ -17,4 +19,8 @@ from .explicit import (
 from .explicit import (
     Ralston as Ralston,
 )
+from .kvaerno import ImplicitEuler as ImplicitEuler
+from .kvaerno import Kvaerno3 as Kvaerno3
+from .kvaerno import Kvaerno4 as Kvaerno4
+from .kvaerno import Kvaerno5 as Kvaerno5
 from .tsit5 import Tsit5 as Tsit5

@@ -15,6 +15,21 @@ from jaxtyping import Array, Float
 from ._tableau import ButcherTableau
 
 
+class StepContext(eqx.Module):
+    """What the step loop tells a solver beyond the step itself. Explicit methods need
+    none of it; implicit ones derive their Newton tolerances from it.
+
+    - `tolerances`: the controller's (rtol, atol), or None (fixed step sizes).
+    - `direction`: +1 or -1, the sign of t1 - t0: the vector field a solver is given runs
+      in tau = direction * t, so a user-supplied Jacobian must be mapped the same way.
+    - `spec`: the static layout of the user's state (`FlatSpec`).
+    """
+
+    tolerances: tuple | None
+    direction: Any
+    spec: Any = eqx.field(static=True)
+
+
 class StepResult(eqx.Module):
     """One attempted step from (t0, y0) with size h.
 
@@ -81,7 +96,9 @@ class AbstractRungeKutta(eqx.Module):
     def adaptive(self) -> bool:
         return self.tableau.b_error is not None
 
-    def step(self, vf, t0, h, y0, k0, args, with_error: bool) -> StepResult:
+    def step(
+        self, vf, t0, h, y0, k0, args, with_error: bool, context: StepContext | None = None
+    ) -> StepResult:
         return rk_step(self.tableau, vf, t0, h, y0, k0, args, with_error)
 
 

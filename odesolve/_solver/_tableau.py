@@ -114,3 +114,74 @@ def factored_polynomial_interpolation(factors) -> tuple:
         rows.append(tuple(float(x) for x in coeffs[1:]))
     degree = max(len(r) for r in rows)
     return tuple(r + (0.0,) * (degree - len(r)) for r in rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImplicitTableau:
+    """A diagonally implicit Runge-Kutta method with an explicit first stage (ESDIRK).
+
+    Every implicit stage has the same diagonal coefficient `gamma`:
+
+        k_1 = f(t0, y0),
+        k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j + h gamma k_i),   i >= 2,
+
+    so one factorisation of I - h gamma J serves every stage of a step.
+
+    - `c`: (s,) stage times as fractions of h; c[0] == 0 (the explicit stage).
+    - `a`: s - 1 rows, row i (0-based) holding the strictly lower a_{i+1, j}, j <= i.
+    - `gamma`: the diagonal coefficient of stages 2..s.
+    - `b`, `b_error`, `interp`, `order`: as for `ButcherTableau`.
+    - `error_order`: the order the step-size controller assumes for the error estimate
+      (None: `order`).
+
+    The methods here are stiffly accurate (b is the last row of the full matrix), so y1
+    is the last stage value and its derivative is the next step's first stage.
+    """
+
+    c: tuple
+    a: tuple
+    gamma: float
+    b: tuple
+    b_error: tuple | None
+    interp: tuple
+    order: int
+    error_order: int | None = None
+
+    def __post_init__(self):
+        s = len(self.c)
+        if self.c[0] != 0 or len(self.a) != s - 1 or len(self.b) != s:
+            raise ValueError("tableau sizes do not match its number of stages")
+        for i, row in enumerate(self.a):
+            if len(row) != i + 1:
+                raise ValueError(f"row {i + 1} of `a` must have {i + 1} entries")
+            if not np.isclose(sum(row) + self.gamma, self.c[i + 1], rtol=1e-10, atol=1e-12):
+                raise ValueError(f"row {i + 1} of `a` plus gamma does not sum to c[{i + 1}]")
+        if not np.isclose(sum(self.b), 1.0, rtol=1e-10):
+            raise ValueError("`b` must sum to 1")
+        if self.b_error is not None and not np.isclose(sum(self.b_error), 0.0, atol=1e-10):
+            raise ValueError("`b_error` must sum to 0")
+        if not self.stiffly_accurate:
+            raise ValueError("the implicit engine needs a stiffly accurate method")
+        interp = np.asarray(self.interp)
+        if interp.shape[0] != s or not np.allclose(interp.sum(1), self.b, atol=1e-12):
+            raise ValueError("the interpolant must reach y1 at theta = 1 (rows sum to b)")
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.c)
+
+    @property
+    def stiffly_accurate(self) -> bool:
+        """b is the last row of the full coefficient matrix: y1 is the last stage."""
+        last = tuple(self.a[-1]) + (self.gamma,) if self.a else ()
+        return self.c[-1] == 1 and np.allclose(last, self.b, rtol=0, atol=1e-15)
+
+    @property
+    def fsal(self) -> bool:
+        """The last stage is (to the Newton tolerance) f(t1, y1): the next step's first."""
+        return self.stiffly_accurate
+
+    @property
+    def interp_stages(self) -> tuple[int, ...]:
+        """Stages the interpolant uses; only these are recorded for dense output."""
+        return tuple(i for i, row in enumerate(self.interp) if any(x != 0 for x in row))
