@@ -37,6 +37,7 @@ from ._controller import (
 from ._controller import (
     rms_norm as rms_norm,
 )
+from ._event import Event as Event
 from ._integrate import diffeqsolve as diffeqsolve
 from ._progress_meter import (
     AbstractProgressMeter as AbstractProgressMeter,

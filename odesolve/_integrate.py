@@ -32,6 +32,16 @@ from adjoints import (
 from ._continuous import check_supported, continuous_problem
 from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
+from ._event import (
+    Event,
+    EventRecord,
+    FlatConditions,
+    check_condition_outputs,
+    condition_kwargs,
+    crossing_time,
+    fired,
+    first_to_fire,
+)
 from ._flat import FlatSpec, flat_spec, widest_float
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
@@ -59,6 +69,7 @@ class _Config(eqx.Module):
     meter_key: int = eqx.field(static=True)
     needs_error: bool = eqx.field(static=True)
     jumps: bool = eqx.field(static=True)
+    event: EventRecord | None = eqx.field(static=True)
 
     @property
     def fsal(self) -> bool:
@@ -72,6 +83,12 @@ class _Config(eqx.Module):
     def records_rows(self) -> bool:
         """Steps record interpolation rows (for SaveAt(ts) or dense output)."""
         return self.save_ts or self.save_dense
+
+    @property
+    def carries_row(self) -> bool:
+        """The carry holds the last step's interpolant: for output, or to locate an event
+        on it after the loop."""
+        return self.records_rows or self.event is not None
 
     @property
     def records(self) -> bool:
@@ -96,6 +113,7 @@ class _Params(eqx.Module):
     save_ts: Any  # tau-space save times, or None
     direction: Any
     dt0: Any  # tau-space first step, or None
+    conditions: Any  # closure-converted FlatConditions of the event, or None
 
 
 class State(eqx.Module):
@@ -103,6 +121,8 @@ class State(eqx.Module):
 
     Output bookkeeping (None when not saving that kind of output):
     - `row`: (t0, y0, stages) of the last step: its interpolant, ending at `t`.
+    - `event_values`: each event condition at (t, y); `event_mask`: which fired on the
+      last step (None without an event).
     - `ts_index`: how many save times are done; `next_save` the first not done (inf once
       all are). A save time at or before `t` is due.
     - `dense_due`, `steps_due`: the last step still has to be recorded;
@@ -127,6 +147,8 @@ class State(eqx.Module):
     steps_due: Any
     steps_row: Any
     meter_last: Any  # progress last reported (None: no meter)
+    event_values: Any
+    event_mask: Any
 
 
 class _FlatField(eqx.Module):
@@ -192,10 +214,15 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     steps_due = None
     if config.save_every:
         steps_due = accept & (num_accepted % config.save_every == 0)
+    y_new = jnp.where(accept, step.y1, state.y)
+    event_values, event_mask = _check_event(config, params, state, accept, t_new, y_new)
+    if event_mask is not None:
+        stop = jnp.any(jnp.stack(event_mask)) & (result == RESULTS.successful)
+        result = jnp.where(stop, RESULTS.event_occurred, result)
     return State(
         t=t_new,
         t_next=next_end,
-        y=jnp.where(accept, step.y1, state.y),
+        y=y_new,
         k0=jnp.where(accept, step.stages[-1], k0) if config.fsal else None,
         made_jump=None if jumped is None else jnp.where(accept, jumped, state.made_jump),
         controller_state=proposal.state,
@@ -203,7 +230,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         num_accepted=num_accepted,
         num_rejected=state.num_rejected + (1 - accepted),
         result=jnp.where(state.result == RESULTS.successful, result, state.result),
-        row=_interp_row(config, state, step) if config.records_rows else None,
+        row=_interp_row(config, state, step) if config.carries_row else None,
         ts_index=state.ts_index,
         next_save=state.next_save,
         dense_due=accept if config.save_dense else None,
@@ -211,7 +238,22 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         steps_due=steps_due,
         steps_row=state.steps_row,
         meter_last=_report_progress(config, params, state, t_new),
+        event_values=event_values,
+        event_mask=event_mask,
     )
+
+
+def _check_event(config, params, state, accept, t_new, y_new):
+    """The conditions at the end of an accepted step, and which of them fired."""
+    if config.event is None:
+        return None, None
+    new = params.conditions(t_new, y_new, params.args)
+    values = tuple(jnp.where(accept, n, o) for n, o in zip(new, state.event_values))
+    mask = tuple(
+        accept & fired(o, n, up)
+        for o, n, up in zip(state.event_values, new, config.event.directions)
+    )
+    return values, mask
 
 
 def _jumped(params, accept, t1):
@@ -362,6 +404,7 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
     )
     zero = jnp.zeros((), jnp.int32)
     has_ts = params.save_ts is not None
+    no_conditions = 0 if config.event is None else len(config.event.directions)
     return State(
         t=params.t_start,
         t_next=t_next,
@@ -373,7 +416,7 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
         num_accepted=zero,
         num_rejected=zero,
         result=jnp.asarray(result, jnp.int32),
-        row=_empty_row(config, params, y0) if config.records_rows else None,
+        row=_empty_row(config, params, y0) if config.carries_row else None,
         ts_index=zero if has_ts else None,
         next_save=params.save_ts[0] if has_ts else None,
         dense_due=jnp.asarray(False) if config.save_dense else None,
@@ -381,6 +424,8 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
         steps_due=jnp.asarray(False) if config.save_every else None,
         steps_row=zero if config.save_every else None,
         meter_last=meter_last,
+        event_values=None if config.event is None else params.conditions(params.t_start, y0, args),
+        event_mask=None if config.event is None else (jnp.asarray(False),) * no_conditions,
     )
 
 
@@ -398,14 +443,66 @@ def _final_result(config, params, final):
     return result
 
 
-def _steps_output(config, params, final, rows):
+def _locate_event(config, params, final):
+    """After a solve that an event stopped: move the final time and state to the event,
+    the earliest firing on the last step's interpolant, and say which condition fired.
+    Returns the new final state and the event mask (None without an event)."""
+    if config.event is None:
+        return final, None
+    happened = final.result == RESULTS.event_occurred
+
+    def locate():
+        times = tuple(
+            jnp.where(mask, _firing_time(config, params, final, i), jnp.inf)
+            for i, mask in enumerate(final.event_mask)
+        )
+        t_event, mask = first_to_fire(times)
+        y_event = _interpolate_row(config, final.row, final.t, t_event)
+        # A boolean event ends the step itself: keep its end state bit for bit.
+        y_event = jnp.where(t_event == final.t, final.y, y_event)
+        t_event = jnp.where(happened, t_event, final.t)
+        y_event = jnp.where(happened, y_event, final.y)
+        return t_event, y_event, tuple(m & happened for m in mask)
+
+    def unchanged():
+        return final.t, final.y, tuple(jnp.zeros_like(m) for m in final.event_mask)
+
+    # Skip the root search unless some solve in the batch has an event to locate.
+    t_event, y_event, mask = jax.lax.cond(eqxi.unvmap_any(happened), locate, unchanged)
+    final = eqx.tree_at(lambda s: (s.t, s.y), final, (t_event, y_event))
+    return final, jtu.tree_unflatten(config.event.structure, mask)
+
+
+def _firing_time(config, params, final, i):
+    """When condition i fired on the last step: the step's end for a boolean condition,
+    the zero crossing on the step's interpolant for a real one."""
+    t_end = final.t
+    if params.conditions.out_struct[i].dtype == jnp.bool_:
+        return t_end
+
+    def condition(t, data):
+        conditions, args, row, end = data
+        return conditions(t, _interpolate_row(config, row, end, t), args)[i]
+
+    data = (params.conditions, params.args, final.row, t_end)
+    return crossing_time(condition, data, final.row[0], t_end, config.event.tolerance)
+
+
+def _steps_output(config, params, final, rows, cut):
     """Rows saved every `save_every` accepted steps. As in Diffrax, t1 is saved as one more
     row when the last step was not saved, and the output has max_steps // every rows (one
-    more if that does not divide max_steps)."""
+    more if that does not divide max_steps). After an event (`cut`, tau-space), the step
+    that crossed it ends later: its row is replaced by the event's."""
     t_rows, y_rows = rows
     count = final.steps_row
-    if config.save_t1:
-        missing = final.num_accepted % config.save_every != 0
+    dropped = False
+    if cut is not None:
+        last = jnp.maximum(count - 1, 0)
+        dropped = (count > 0) & (params.direction * t_rows[last] > cut)
+        count = count - dropped.astype(jnp.int32)
+    if config.save_t1 or cut is not None:
+        missing = (final.num_accepted % config.save_every != 0) & config.save_t1
+        missing = missing | dropped
         t_final = params.direction * final.t
         saved = config.saveat_fn(t_final, config.spec.unravel(final.y), params.args)
         row = jnp.where(missing, count, t_rows.shape[0] - 1)
@@ -421,8 +518,19 @@ def _steps_output(config, params, final, rows):
     return ts, config.steps_spec.unravel_rows(ys)
 
 
-def _outputs(config, params, y0, final, buffers):
-    """Assemble (ts, ys) in the order t0, ts, steps, t1; each part a (ts, flat ys) pair."""
+def _before(cut, tau, ts, ys):
+    """Save times after an event (tau > cut) were not reached: inf, as unused rows."""
+    if cut is None:
+        return ts, ys
+    valid = tau <= cut
+    ts = jnp.where(valid, ts, jnp.inf)
+    mask = lambda y: jnp.where(valid.reshape(valid.shape + (1,) * (y.ndim - 1)), y, jnp.inf)
+    return ts, jtu.tree_map(mask, ys)
+
+
+def _outputs(config, params, y0, final, buffers, cut):
+    """Assemble (ts, ys) in the order t0, ts, steps, t1; each part a (ts, flat ys) pair.
+    `cut`: the event time (tau-space), or None."""
     spec, fn, args, d = config.spec, config.saveat_fn, params.args, params.direction
     parts = []
     buffers = list(buffers)
@@ -437,9 +545,9 @@ def _outputs(config, params, y0, final, buffers):
         parts.append((d * params.t_start[None], saved(d * params.t_start[None], y0[None])))
     if params.save_ts is not None:
         ys, ts = buffers.pop(0)[:-1], params.save_ts[:-1]
-        parts.append((d * ts, saved(d * ts, ys)))
+        parts.append(_before(cut, ts, d * ts, saved(d * ts, ys)))
     if config.save_every:
-        parts.append(_steps_output(config, params, final, buffers.pop(0)))
+        parts.append(_steps_output(config, params, final, buffers.pop(0), cut))
     if config.save_t1 and not config.save_every:
         parts.append((d * final.t[None], saved(d * final.t[None], final.y[None])))
     dense = None
@@ -488,10 +596,13 @@ def diffeqsolve(
     - `throw`: raise on failure (a JaxRuntimeError carrying the message); with False,
       check `sol.result`.
     """
-    if event is not None:
+    if event is not None and not isinstance(event, Event):
+        raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
+    if event is not None and adjoint.continuous:
         raise ValueError(
-            "event=...: events are not implemented in this version of odesolve; solve to "
-            "a fixed t1 and locate the crossing on sol.evaluate (SaveAt(dense=True))."
+            f"event=... cannot be combined with adjoint={type(adjoint).__name__}(): the "
+            "continuous adjoint does not differentiate the event time. Use "
+            "RecursiveCheckpointAdjoint() (the default) or DirectAdjoint()."
         )
     for name, value in (
         ("solver_state", solver_state),
@@ -501,7 +612,7 @@ def diffeqsolve(
         if value is not None:
             raise ValueError(f"{name}=...: resuming a solve is not supported; pass None.")
     inputs = normalise_inputs(
-        terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps
+        terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )
     solve = functools.partial(
         _solve,
@@ -517,8 +628,10 @@ def diffeqsolve(
         max_steps=max_steps,
         throw=throw,
         meter=progress_meter,
+        event=inputs.event,
         direction=inputs.direction,
-        num_steps=inputs.num_steps,
+        # An event may stop the solve early: the step count is not known in advance.
+        num_steps=inputs.num_steps if event is None else None,
     )
     try:
         return solve(adjoint=adjoint)
@@ -546,6 +659,7 @@ def _solve(
     max_steps,
     throw,
     meter,
+    event,
     direction,
     num_steps,
 ):
@@ -559,7 +673,7 @@ def _solve(
     vf = closure_convert(field, tau0, y0_flat, args)
     meter_key, meter_last = meter.init() if meter.active else (0, None)
     config = _make_config(
-        solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args
+        solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args, event
     )
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
@@ -575,6 +689,22 @@ def _solve(
         save_ts=save_ts,
         direction=direction,
         dt0=None if dt0 is None else direction * dt0,
+        conditions=_conditions(
+            event,
+            terms,
+            solver,
+            t0,
+            t1,
+            dt0,
+            saveat,
+            controller,
+            max_steps,
+            spec,
+            direction,
+            tau0,
+            y0_flat,
+            args,
+        ),
     )
     dt0_tau = params.dt0
     initial_result = _runtime_input_checks(params, dt0_tau)
@@ -597,8 +727,10 @@ def _solve(
         final, buffers = adjoint.run_continuous(loop, problem, params, init, buffers)
     else:
         final, buffers = adjoint.run_loop(loop, params, init, buffers)
+    final, event_mask = _locate_event(config, params, final)
+    cut = None if config.event is None else final.t
     result = _final_result(config, params, final)
-    ts, ys, dense = _outputs(config, params, y0_flat, final, buffers)
+    ts, ys, dense = _outputs(config, params, y0_flat, final, buffers, cut)
     if config.meter.active:
         config.meter.close(config.meter_key, final.t)
     stats = {
@@ -607,7 +739,18 @@ def _solve(
         "num_rejected_steps": final.num_rejected,
         "max_steps": max_steps,
     }
-    sol = Solution(t0=t0, t1=t1, ts=ts, ys=ys, stats=stats, result=result, interpolation=dense)
+    if config.event is not None:
+        t1 = direction * final.t
+    sol = Solution(
+        t0=t0,
+        t1=t1,
+        ts=ts,
+        ys=ys,
+        stats=stats,
+        result=result,
+        interpolation=dense,
+        event_mask=event_mask,
+    )
     if throw:
         sol = _raise_if_failed(sol, result)
     return sol
@@ -621,7 +764,36 @@ def _max_emits(config, params, max_steps):
     return emits
 
 
-def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args):
+def _conditions(
+    event,
+    terms,
+    solver,
+    t0,
+    t1,
+    dt0,
+    saveat,
+    controller,
+    max_steps,
+    spec,
+    direction,
+    tau0,
+    y0_flat,
+    args,
+):
+    """The event's conditions on the flat state, closure-converted (they may close over
+    values that need cotangents, like the vector field), or None."""
+    if event is None:
+        return None
+    kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
+    flat = FlatConditions(event.conditions, spec, direction, kwargs)
+    conditions = closure_convert(flat, tau0, y0_flat, args)
+    check_condition_outputs(conditions.out_struct, event.conditions)
+    return conditions
+
+
+def _make_config(
+    solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args, event
+):
     every = saveat.every
     if (every or saveat.dense) and max_steps is None:
         raise ValueError(
@@ -654,6 +826,7 @@ def _make_config(solver, spec, saveat, controller, max_steps, meter, meter_key, 
         meter_key=meter_key,
         needs_error=controller.needs_error,
         jumps=controller.jump_ts is not None,
+        event=None if event is None else event.record,
     )
 
 

@@ -16,12 +16,14 @@ import numpy as np
 from adjoints import JaxprClosure, closure_convert
 
 from ._controller.constant import StepTo
+from ._event import BoundCondition, condition_kwargs
 from ._flat import widest_float
 from ._term import ODETerm
 
 
 class Inputs(eqx.Module):
     terms: Any
+    event: Any
     t0: Any
     t1: Any
     dt0: Any
@@ -67,11 +69,21 @@ def _normalise_y0(y0: Any) -> Any:
     return jtu.tree_unflatten(treedef, out)
 
 
-def _check_times(t0, t1, dt0, controller):
+def _check_times(t0, t1, dt0, controller, event):
     c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0) if dt0 is not None else None
     for name, value in (("t0", c0), ("t1", c1), ("dt0", cdt)):
-        if value is not None and not np.isfinite(value):
-            raise ValueError(f"{name}={value} is not finite: pass a finite time.")
+        if value is None or np.isfinite(value):
+            continue
+        if name == "t1" and not np.isnan(value) and event is not None and controller.needs_error:
+            continue  # solve until the event fires (or max_steps)
+        raise ValueError(
+            f"{name}={value} is not finite: pass a finite time"
+            + (
+                " (t1=inf needs an event and an adaptive controller such as PIDController)."
+                if name == "t1"
+                else "."
+            )
+        )
     if c0 is not None and c1 is not None and c0 == c1:
         raise ValueError(
             f"t0 == t1 == {c0}: the interval is empty, so there is nothing to solve. Pass "
@@ -151,7 +163,31 @@ def _converted_vector_field(terms, t0, y0, args):
     return terms
 
 
-def normalise_inputs(terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps) -> Inputs:
+def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
+    """Closure-convert the event's conditions that close over tracers of an enclosing
+    transformation, for the same reason as the vector field's (see above). Their keyword
+    arguments are bound now: they are fixed for the solve."""
+    if event is None:
+        return None
+    kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
+    conditions = []
+    for cond in event.conditions:
+        bound = lambda t, y, a, cond=cond: cond(t, y, a, **kwargs)
+        try:
+            converted = closure_convert(bound, t0, y0, args)
+        except TypeError as e:
+            raise TypeError(
+                f"calling the event condition {cond!r}(t0, y0, args) failed: {e}"
+            ) from e
+        if isinstance(converted, JaxprClosure) and converted.captures_tracers:
+            cond = BoundCondition(converted)
+        conditions.append(cond)
+    return event.with_conditions(conditions)
+
+
+def normalise_inputs(
+    terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps, event=None
+) -> Inputs:
     if not isinstance(terms, ODETerm):
         raise TypeError(f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.")
     if not hasattr(solver, "tableau"):
@@ -159,13 +195,16 @@ def normalise_inputs(terms, solver, t0, t1, dt0, y0, args, saveat, controller, m
     if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
-    c0, c1 = _check_times(t0, t1, dt0, controller)
+    c0, c1 = _check_times(t0, t1, dt0, controller, event)
     _check_save_ts(saveat.ts, c0, c1)
     times = [x for x in (t0, t1, dt0) if x is not None]
     time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
     terms = _converted_vector_field(terms, t0, y0, args)
+    event = _converted_event(
+        event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
+    )
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
     num_steps = controller.num_steps(c0, c1, _concrete(dt0) if dt0 is not None else None)
-    return Inputs(terms, t0, t1, dt0, y0, direction, num_steps)
+    return Inputs(terms, event, t0, t1, dt0, y0, direction, num_steps)
