@@ -42,5 +42,8 @@ from ._loop import (
     apply_writes as apply_writes,
 )
 from ._loop import (
+    batch_size as batch_size,
+)
+from ._loop import (
     run_plain as run_plain,
 )

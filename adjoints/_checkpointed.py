@@ -19,12 +19,14 @@ import math
 from typing import Any
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
-from ._loop import Loop, Write, apply_writes, run_plain
+from ._loop import Loop, Write, apply_writes, lockstep_while, run_plain
+from ._schedule.online import Online
 from ._schedule.revolve import next_checkpoint
 from ._schedule.tape import Tape
 
@@ -69,6 +71,7 @@ def _forward(loop, schedule, params, init, buffers):
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
     packing = _Packing.of(init)
+    batched = loop.batch_size > 1
     # One extra row: a state that is not kept is written there, so that storing is a
     # plain row write every tick rather than a branch carrying all the slots.
     slots = packing.empty(schedule.slots + 1)
@@ -77,63 +80,72 @@ def _forward(loop, schedule, params, init, buffers):
     replaying = loop.decision is not None and not taping
     decisions = _decision_tape(loop, init, num_ticks_bound(loop)) if replaying else None
 
-    def decide(decisions, k, carry):
-        """Record the decision of the carry after tick k (row k + 1)."""
+    def decide(decisions, k, carry, active):
+        """Record the decision of the carry after tick k (row k + 1; inactive: row 0,
+        which is never replayed)."""
         if not replaying:
             return decisions
-        return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), k + 1, 0)
+        row = jnp.where(active, k + 1, 0)
+        return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
 
-    def record(k, carry, slots, slot_index, sched):
-        store, slot, slot_index, sched = schedule.store(k, sched, slot_index)
-        if taping:  # every state
-            return _put(slots, slot, carry, packing), slot_index, sched
+    def record(k, carry, slots, slot_index, sched, active=True):
+        """Store the carry before tick k if the schedule says so (and `active`). Branch
+        free: a state not kept goes to the scratch row. (A `cond` here would, under
+        `vmap`, become a select that copies every slot of every sample.)"""
+        store, slot, new_index, new_sched = schedule.store(k, sched, slot_index)
+        store = store & active
         slots = _put(slots, jnp.where(store, slot, schedule.slots), carry, packing)
-        slot_index = jnp.where(store, slot_index.at[slot].set(k), slot_index)
+        if taping:  # every state, at row k
+            return slots, slot_index, sched
+        new_index = jnp.where(store, new_index.at[slot].set(k), new_index)
+        slot_index = jnp.where(active, new_index, slot_index)
+        sched = jnp.where(active, new_sched, sched)
         return slots, slot_index, sched
 
-    def steps_cond(state):
-        carry = state[1]
+    # The loops carry (small, large): the slots, decision tape and output buffers are
+    # large and only written through scratch rows when inactive (see `lockstep_while`).
+    def steps_cond(small, large):
+        carry = small[1]
         return loop.cond(params, carry) & ~loop.pending(carry)
 
-    def steps_body(state):
-        k, carry, prev, slots, slot_index, sched, decisions = state
-        slots, slot_index, sched = record(k, carry, slots, slot_index, sched)
+    def steps_body(small, large, active):
+        k, carry, prev, slot_index, sched = small
+        slots, decisions = large
+        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
         new = loop.body(params, carry)
         prev = None if taping else carry
-        return k + 1, new, prev, slots, slot_index, sched, decide(decisions, k, new)
+        decisions = decide(decisions, k, new, active)
+        return (k + 1, new, prev, slot_index, sched), (slots, decisions)
 
-    def outer_body(state):
-        ticks, bufs = state
-        k, carry, prev, slots, slot_index, sched, decisions = lax.while_loop(
-            lambda s: steps_cond(s), lambda s: steps_body(s), ticks
+    def outer_body(small, large, active):
+        slots, decisions, bufs = large
+        small, (slots, decisions) = lockstep_while(
+            lambda s, b: steps_cond(s, b),
+            lambda s, b, a: steps_body(s, b, a & active),
+            small,
+            (slots, decisions),
+            batched,
         )
+        k, carry, prev, slot_index, sched = small
         # Leaving the inner loop means an emit is due, or the loop is over (then this
         # tick is not counted and stores nothing that is used).
-        due = loop.pending(carry)
-        slots, slot_index, sched = lax.cond(
-            due,
-            lambda: record(k, carry, slots, slot_index, sched),
-            lambda: (slots, slot_index, sched),
-        )
+        due = loop.pending(carry) & active
+        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active=due)
         if not taping:
             prev = jtu.tree_map(lambda a, b: jnp.where(due, a, b), carry, prev)
         carry, writes = loop.emit(params, carry)
-        decisions = decide(decisions, k, carry)
-        ticks = (
-            k + due.astype(jnp.int32),
-            carry,
-            prev,
-            slots,
-            slot_index,
-            sched,
-            decisions,
-        )
-        return ticks, apply_writes(bufs, writes)
+        decisions = decide(decisions, k, carry, active)
+        small = (k + due.astype(jnp.int32), carry, prev, slot_index, sched)
+        return small, (slots, decisions, apply_writes(bufs, writes, active))
 
     first = None if taping else init
-    ticks = (jnp.int32(0), init, first, slots, slot_index, schedule.init(), decisions)
-    (k, final, prev, slots, slot_index, _, decisions), buffers = lax.while_loop(
-        lambda s: loop.going(params, s[0][1]), lambda s: outer_body(s), (ticks, buffers)
+    small = (jnp.int32(0), init, first, slot_index, schedule.init())
+    (k, final, prev, slot_index, _), (slots, decisions, buffers) = lockstep_while(
+        lambda s, b: loop.going(params, s[1]),
+        lambda s, b, a: outer_body(s, b, a),
+        small,
+        (slots, decisions, buffers),
+        batched,
     )
     return final, buffers, _Sweep(k, slots, slot_index, prev, decisions)
 
@@ -267,83 +279,134 @@ def _add(a, b):
     return jtu.tree_map(lambda x, y: x + y, a, b)
 
 
-def _read_leaves(step, params_f, carry_f) -> tuple[bool, ...]:
-    """For each float leaf of the carry, whether `step` reads it. Conservative: a leaf
+def _add_where(active, total, term):
+    """total + term where `active`, else total: one fused pass over each leaf."""
+    return jtu.tree_map(lambda x, y: x + jnp.where(active, y, 0), total, term)
+
+
+def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
+    """For each input PyTree, whether `fn` reads each of its leaves. Conservative: a leaf
     passed into a nested call counts as read."""
-    closed = jax.make_jaxpr(step)(params_f, carry_f)
+    closed = jax.make_jaxpr(fn)(*inputs)
     used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
     used |= {id(v) for v in closed.jaxpr.outvars}
-    carry_vars = closed.jaxpr.invars[len(jtu.tree_leaves(params_f)) :]
-    return tuple(id(v) in used for v in carry_vars)
+    out, start = [], 0
+    for tree in inputs:
+        count = len(jtu.tree_leaves(tree))
+        out.append(tuple(id(v) in used for v in closed.jaxpr.invars[start : start + count]))
+        start += count
+    return tuple(out)
 
 
 def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, packing):
-    """Every carry is stored: reverse tick by tick, no recomputation. Runs of steps are
-    reversed in an inner loop that does not carry the output cotangents.
+    """Every carry is stored: reverse tick by tick, no recomputation.
+
+    Each iteration reverses the run of emits that follows a step (an inner loop touching
+    only the output cotangents), then the step. Organised by steps rather than by emits
+    so that under `vmap`, where the samples move in lockstep, the expensive tick (a
+    step's VJP) runs once per step of the slowest sample, not once per tick of any kind.
 
     A step does not read every part of the carry (the solver keeps there what only an
-    emit uses). The cotangent a step passes back to such a part is zero, so inside a run
-    of steps the VJP leaves those outputs out altogether ("lean"), and only the step just
-    before an emit (or the last tick) takes the full VJP."""
+    emit uses). The cotangent a step passes back to such a part is zero, so a step
+    followed by another step takes a VJP that leaves those outputs out ("lean"); one
+    followed by an emit, or the last tick, takes the full VJP."""
     params_f, params_s = eqx.partition(params, diff)
     zero_params = jtu.tree_map(jnp.zeros_like, params_f)
     n, slots = sweep.n, sweep.slots
-
-    def step_fn(carry_s):
-        def step(pf, cf):
-            new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-            return _split(new)[0]
-
-        return step
-
+    batched = loop.batch_size > 1
     example_f, example_s = _split(_get(slots, 0, packing))
-    read = _read_leaves(step_fn(example_s), params_f, example_f)
-    keep = lambda tree: [x for x, r in zip(jtu.tree_leaves(tree), read) if r]
+    step_reads = _read_leaves(_step_fn(loop, params_s, example_s), params_f, example_f)[1]
+    keep = lambda tree: [x for x, r in zip(jtu.tree_leaves(tree), step_reads) if r]
+    emit_reads_params = any(
+        _read_leaves(_emit_fn(loop, params_s, example_s), params_f, example_f)[0]
+    )
 
-    def step_vjp(k, ct_carry, ct_params, lean):
+    def step_vjp(k, ct_carry, lean):
         carry_f, carry_s = _split(_get(slots, k, packing))
-        step = step_fn(carry_s)
+        step = _step_fn(loop, params_s, carry_s)
         if lean:
             _, pullback = jax.vjp(lambda pf, cf: keep(step(pf, cf)), params_f, carry_f)
             dp, dc = pullback(keep(ct_carry))
         else:
             _, pullback = jax.vjp(step, params_f, carry_f)
             dp, dc = pullback(ct_carry)
-        return dc, _add(ct_params, dp)
+        return dc, dp
 
-    def is_step(k):
-        return (k >= 0) & ~loop.pending(_get(slots, jnp.maximum(k, 0), packing))
-
-    def steps(state):
-        k, ct_carry, ct_params = state
-        ct_carry, ct_params = step_vjp(k, ct_carry, ct_params, lean=True)
-        return k - 1, ct_carry, ct_params
-
-    def first_step(state):
-        k, ct_carry, ct_params = state
-        ct_carry, ct_params = step_vjp(k, ct_carry, ct_params, lean=False)
-        return k - 1, ct_carry, ct_params
-
-    def outer(state):
-        inner, ct_bufs = state
-        inner = lax.cond(is_step(inner[0]), first_step, lambda s: s, inner)
-        k, ct_carry, ct_params = lax.while_loop(lambda s: is_step(s[0]), lambda s: steps(s), inner)
-
-        def emit(args):
-            ct_carry, ct_params, ct_bufs = args
-            dp, dc, ct_bufs = _tick_vjp(
-                loop, params, _get(slots, k, packing), scratch, ct_carry, ct_bufs, diff
-            )
-            return dc, _add(ct_params, dp), ct_bufs
-
-        ct_carry, ct_params, ct_bufs = lax.cond(
-            k >= 0, emit, lambda args: args, (ct_carry, ct_params, ct_bufs)
+    def emit_tick(small, large, active):
+        k, ct_carry = small
+        ct_params, ct_bufs = large
+        carry_f, carry_s = _split(_get(slots, k, packing))
+        emit = _emit_fn(loop, params_s, carry_s)
+        if emit_reads_params:
+            _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
+        else:
+            _, pull_carry, rows = jax.vjp(lambda cf: emit(params_f, cf), carry_f, has_aux=True)
+            pullback = lambda ct: (zero_params, *pull_carry(ct))
+        # An inactive sample reads and clears scratch rows only.
+        rows = tuple(
+            jnp.where(active, row, jtu.tree_leaves(b)[0].shape[0] - 1)
+            for row, b in zip(rows, ct_bufs)
         )
-        return (k - 1, ct_carry, ct_params), ct_bufs
+        ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+        ct_bufs = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+        dp, dc = pullback((ct_carry, ct_values))
+        if emit_reads_params:
+            ct_params = _add_where(active, ct_params, dp)
+        return (k - 1, dc), (ct_params, ct_bufs)
 
-    state = ((n - 1, ct_final, zero_params), ct_buffers)
-    (_, ct_init, ct_params), _ = lax.while_loop(lambda s: s[0][0] >= 0, lambda s: outer(s), state)
+    def is_emit(k):
+        return (k >= 0) & loop.pending(_get(slots, jnp.maximum(k, 0), packing))
+
+    # The parameter cotangent is accumulated outside every `cond`: under `vmap` it is one
+    # array per sample (a whole network's worth), which a `cond` would copy.
+    def outer(small, large, active):
+        k_before = small[0]
+        (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
+            lambda s, b: is_emit(s[0]),
+            lambda s, b, a: emit_tick(s, b, a & active),
+            small,
+            large,
+            batched,
+        )
+        lean = (k == k_before) & (k_before < n - 1)
+        dc, dp = lax.cond(
+            eqxi.unvmap_all(lean),
+            lambda: step_vjp(jnp.maximum(k, 0), ct_carry, lean=True),
+            lambda: step_vjp(jnp.maximum(k, 0), ct_carry, lean=False),
+        )
+        stepping = active & (k >= 0)
+        ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
+        return (k - 1, ct_carry), (_add_where(stepping, ct_params, dp), ct_bufs)
+
+    (_, ct_init), (ct_params, _) = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        lambda s, b, a: outer(s, b, a),
+        (n - 1, ct_final),
+        (zero_params, ct_buffers),
+        batched,
+    )
     return ct_params, ct_init
+
+
+def _step_fn(loop, params_s, carry_s):
+    """One step as a function of the differentiated float inputs: (params, carry) ->
+    float leaves of the new carry."""
+
+    def step(pf, cf):
+        new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return _split(new)[0]
+
+    return step
+
+
+def _emit_fn(loop, params_s, carry_s):
+    """One emit likewise: -> ((float leaves of the new carry, written values), rows)."""
+
+    def emit(pf, cf):
+        new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return (_split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
+
+    return emit
 
 
 def _nearest(slot_index, target):
@@ -448,11 +511,18 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
     # Only the inputs being differentiated: a parameter that is not (save times, the
     # controller's tolerances) would otherwise get a cotangent accumulated every step.
     diff = jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
-    reverse = _reverse_tape if isinstance(schedule, Tape) else _reverse_recompute
-    ct_params, ct_init = reverse(
-        loop, params, diff, sweep, ct_final, ct_buffers, scratch, _Packing.of(init)
-    )
-    return ct_params, ct_init
+    inputs = (loop, params, diff, sweep, ct_final, ct_buffers, scratch, _Packing.of(init))
+    if isinstance(schedule, Tape):
+        return _reverse_tape(*inputs)
+    if isinstance(schedule, Online):
+        # Until its slots fill up, online checkpointing has stored every state in order
+        # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
+        return lax.cond(
+            eqxi.unvmap_all(sweep.n <= schedule.slots),
+            lambda: _reverse_tape(*inputs),
+            lambda: _reverse_recompute(*inputs),
+        )
+    return _reverse_recompute(*inputs)
 
 
 def _materialise(ct, shapes):

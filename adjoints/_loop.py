@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
@@ -56,6 +57,8 @@ class Loop(eqx.Module):
       different discretisation. None: the loop recomputes bit for bit (fixed steps).
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
+    - `batch_size`: how many loops run together under `vmap` (see `batch_size`): they
+      share a memory budget.
     """
 
     cond: Callable = eqx.field(static=True)
@@ -67,6 +70,7 @@ class Loop(eqx.Module):
     decision: Callable | None = eqx.field(static=True, default=None)
     replay: Callable | None = eqx.field(static=True, default=None)
     num_steps: int | None = eqx.field(static=True, default=None)
+    batch_size: int = eqx.field(static=True, default=1)
 
     def going(self, params: Any, carry: Any) -> Any:
         return self.cond(params, carry) | self.pending(carry)
@@ -82,17 +86,72 @@ class Loop(eqx.Module):
         )
 
 
-def apply_writes(buffers: tuple, writes: tuple) -> tuple:
-    """Store each write in its buffer. Under `vmap` a batched row becomes a scatter."""
+def batch_size(*trees: Any) -> int:
+    """How many copies of a computation a `vmap` around this call runs: the product of
+    the batch sizes of the (nested) vmaps that `trees`' leaves carry, or 1.
+
+    Read from JAX's batching tracers (a private class; 1 if it moves). Only a `vmap`
+    applied directly around the caller is seen, not one outside an enclosing `jit`."""
+    try:
+        from jax._src.interpreters.batching import BatchTracer
+    except ImportError:  # pragma: no cover - JAX moved it
+        return 1
+    size = 1
+    for leaf in jtu.tree_leaves(trees):
+        count, x = 1, leaf
+        while isinstance(x, BatchTracer):
+            if x.batch_dim is not None and isinstance(x.batch_dim, int):
+                count *= x.val.shape[x.batch_dim]
+            x = x.val
+        size = max(size, count)
+    return size
+
+
+def apply_writes(buffers: tuple, writes: tuple, active: Any = True) -> tuple:
+    """Store each write in its buffer; an inactive write (see `lockstep_while`) goes to
+    the buffer's last row, a scratch row. Under `vmap` a batched row becomes a scatter."""
 
     def put(buffer, write):
+        scratch = jtu.tree_leaves(buffer)[0].shape[0] - 1
+        row = jnp.where(active, write.row, scratch)
         return jtu.tree_map(
-            lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), write.row, 0),
+            lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), row, 0),
             buffer,
             write.value,
         )
 
     return tuple(put(b, w) for b, w in zip(buffers, writes, strict=True))
+
+
+def lockstep_while(
+    cond: Callable, body: Callable, small: Any, large: Any, batched: bool = True
+) -> tuple[Any, Any]:
+    """`lax.while_loop` over the carry (small, large) that stays cheap under `vmap`.
+
+    Under `vmap` a batched predicate makes JAX's while loop select between the old and new
+    value of every carry leaf on every iteration, which copies every large buffer (all
+    checkpoint slots of all samples) per step. Here the loop runs while any sample is
+    going (the predicate reduced over the batch) and `body(small, large, active)` gets its
+    own sample's predicate: it must leave `large` unchanged where `active` is False, by
+    sending writes to scratch rows; only `small` is selected.
+
+    `batched=False` (no `vmap` seen around the solve) runs a plain while loop with
+    `active` True: the reduction and selects measurably slow a small unbatched loop."""
+    if not batched:
+        return lax.while_loop(
+            lambda s: cond(*s), lambda s: body(*s, jnp.asarray(True)), (small, large)
+        )
+
+    def outer_cond(state):
+        return eqxi.unvmap_any(cond(*state))
+
+    def outer_body(state):
+        active = cond(*state)
+        new_small, new_large = body(*state, active)
+        keep = lambda n, o: jnp.where(active, n, o) if eqx.is_array(n) else n
+        return jtu.tree_map(keep, new_small, state[0]), new_large
+
+    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
 def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
@@ -104,17 +163,18 @@ def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, 
     def steps_body(carry):
         return loop.body(params, carry)
 
-    def outer_cond(state):
-        carry, _ = state
-        return loop.going(params, carry)
-
-    def outer_body(state):
-        carry, bufs = state
+    def outer_body(carry, bufs, active):
         carry = lax.while_loop(lambda c: steps_cond(c), lambda c: steps_body(c), carry)
         carry, writes = loop.emit(params, carry)
-        return carry, apply_writes(bufs, writes)
+        return carry, apply_writes(bufs, writes, active)
 
     # Fresh lambdas on every call: JAX caches control-flow bodies by hashing the callable,
     # and a callable that is (or closes over) an `eqx.Module` holding tracers is unhashable
     # since JAX 0.4.30 (jax-ml/jax#24722, equinox#768).
-    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (init, buffers))
+    return lockstep_while(
+        lambda c, b: loop.going(params, c),
+        lambda c, b, a: outer_body(c, b, a),
+        init,
+        buffers,
+        loop.batch_size > 1,
+    )

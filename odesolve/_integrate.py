@@ -26,6 +26,7 @@ from adjoints import (
     Loop,
     RecursiveCheckpointAdjoint,
     Write,
+    batch_size,
     closure_convert,
 )
 
@@ -632,6 +633,7 @@ def diffeqsolve(
         direction=inputs.direction,
         # An event may stop the solve early: the step count is not known in advance.
         num_steps=inputs.num_steps if event is None else None,
+        batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
     try:
         return solve(adjoint=adjoint)
@@ -662,6 +664,7 @@ def _solve(
     event,
     direction,
     num_steps,
+    batch,
 ):
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
@@ -717,6 +720,7 @@ def _solve(
         max_steps=max_steps,
         max_emits=_max_emits(config, params, max_steps),
         num_steps=num_steps,
+        batch_size=batch,
         decision=(lambda s: s.t_next) if config.needs_error else None,
         replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
     )
