@@ -104,45 +104,68 @@ def _forward(loop, schedule, params, init, buffers):
 
     # The loops carry (small, large): the slots, decision tape and output buffers are
     # large and only written through scratch rows when inactive (see `lockstep_while`).
-    def steps_cond(small, large):
-        carry = small[1]
-        return loop.cond(params, carry) & ~loop.pending(carry)
+    # Each tick keeps its sample's carry where it is inactive.
+    def select(active, new, old):
+        return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
-    def steps_body(small, large, active):
+    def step_tick(small, large, active):
         k, carry, prev, slot_index, sched = small
         slots, decisions = large
         slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
-        new = loop.body(params, carry)
-        prev = None if taping else carry
+        new = select(active, loop.body(params, carry), carry)
+        prev = None if taping else select(active, carry, prev)
         decisions = decide(decisions, k, new, active)
-        return (k + 1, new, prev, slot_index, sched), (slots, decisions)
+        return (k + active.astype(jnp.int32), new, prev, slot_index, sched), (slots, decisions)
 
-    def outer_body(small, large, active):
+    def emit_tick(small, large, active):
+        k, carry, prev, slot_index, sched = small
+        slots, decisions, bufs = large
+        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
+        new, writes = loop.emit(params, carry)
+        new = select(active, new, carry)
+        prev = None if taping else select(active, carry, prev)
+        decisions = decide(decisions, k, new, active)
+        bufs = apply_writes(bufs, writes, active)
+        small = (k + active.astype(jnp.int32), new, prev, slot_index, sched)
+        return small, (slots, decisions, bufs)
+
+    def stepping(small):
+        carry = small[1]
+        return loop.cond(params, carry) & ~loop.pending(carry)
+
+    def steps_then_emit(small, large, active):
+        """Unbatched: a run of steps in an inner loop that carries no output buffers,
+        then one emit (unless the loop is over: then nothing is kept or counted)."""
         slots, decisions, bufs = large
         small, (slots, decisions) = lockstep_while(
-            lambda s, b: steps_cond(s, b),
-            lambda s, b, a: steps_body(s, b, a & active),
+            lambda s, b: stepping(s),
+            lambda s, b, a: step_tick(s, b, a & active),
             small,
             (slots, decisions),
-            batched,
+            False,
         )
-        k, carry, prev, slot_index, sched = small
-        # Leaving the inner loop means an emit is due, or the loop is over (then this
-        # tick is not counted and stores nothing that is used).
-        due = loop.pending(carry) & active
-        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active=due)
-        if not taping:
-            prev = jtu.tree_map(lambda a, b: jnp.where(due, a, b), carry, prev)
-        carry, writes = loop.emit(params, carry)
-        decisions = decide(decisions, k, carry, active)
-        small = (k + due.astype(jnp.int32), carry, prev, slot_index, sched)
-        return small, (slots, decisions, apply_writes(bufs, writes, active))
+        due = loop.pending(small[1]) & active
+        return emit_tick(small, (slots, decisions, bufs), due)
+
+    def emits_then_step(small, large, active):
+        """Batched: the emits due, then one step. Samples emit at different ticks, so
+        this order runs a step (the costly tick) once per step of the slowest sample,
+        where the unbatched order would run one at every tick some sample steps."""
+        small, (slots, decisions, bufs) = lockstep_while(
+            lambda s, b: loop.pending(s[1]),
+            lambda s, b, a: emit_tick(s, b, a & active),
+            small,
+            large,
+            True,
+        )
+        small, (slots, decisions) = step_tick(small, (slots, decisions), stepping(small) & active)
+        return small, (slots, decisions, bufs)
 
     first = None if taping else init
     small = (jnp.int32(0), init, first, slot_index, schedule.init())
     (k, final, prev, slot_index, _), (slots, decisions, buffers) = lockstep_while(
         lambda s, b: loop.going(params, s[1]),
-        lambda s, b, a: outer_body(s, b, a),
+        lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
         small,
         (slots, decisions, buffers),
         batched,

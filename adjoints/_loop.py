@@ -163,10 +163,27 @@ def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, 
     def steps_body(carry):
         return loop.body(params, carry)
 
-    def outer_body(carry, bufs, active):
+    def steps_then_emit(carry, bufs, active):
         carry = lax.while_loop(lambda c: steps_cond(c), lambda c: steps_body(c), carry)
         carry, writes = loop.emit(params, carry)
         return carry, apply_writes(bufs, writes, active)
+
+    def emit_tick(carry, bufs, active):
+        new, writes = loop.emit(params, carry)
+        return new, apply_writes(bufs, writes, active)
+
+    def emits_then_step(carry, bufs, active):
+        """Under `vmap`: emits first, then one step, so that a step runs once per step of
+        the slowest sample rather than at every tick where some sample steps."""
+        carry, bufs = lockstep_while(
+            lambda c, b: loop.pending(c), lambda c, b, a: emit_tick(c, b, a & active), carry, bufs
+        )
+        step = steps_cond(carry) & active
+        new = steps_body(carry)
+        return jtu.tree_map(lambda a, b: jnp.where(step, a, b), new, carry), bufs
+
+    batched = loop.batch_size > 1
+    outer_body = emits_then_step if batched else steps_then_emit
 
     # Fresh lambdas on every call: JAX caches control-flow bodies by hashing the callable,
     # and a callable that is (or closes over) an `eqx.Module` holding tracers is unhashable
@@ -176,5 +193,5 @@ def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, 
         lambda c, b, a: outer_body(c, b, a),
         init,
         buffers,
-        loop.batch_size > 1,
+        batched,
     )
