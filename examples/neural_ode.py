@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import odesolve as ode  # noqa: E402
 
 SPIRAL = ((-0.1, 2.0), (-2.0, -0.1))
-# Bounds the steps of one solve. Under vmap the reverse sweep's cost currently grows with
-# max_steps, not only with the steps taken, so keep it near what the problem needs.
+# Bounds the steps of one solve; it also sizes the reverse sweep's
+# storage, so it is kept near what the problem needs rather than at the default 4096.
 MAX_STEPS = 256
 
 
