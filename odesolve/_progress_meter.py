@@ -10,6 +10,7 @@ import sys
 from typing import Any, ClassVar
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,7 +52,10 @@ class AbstractProgressMeter(eqx.Module):
             jax.debug.callback(lambda q: self._update(key, float(np.min(q))), p)
             return p
 
-        progress = progress.astype(jnp.float32)
+        # Under `vmap` the callback would fire once per sample: report the slowest
+        # sample's progress instead (a minimum reduced over the batch, unbatched).
+        progress = -eqxi.unvmap_max(-progress.astype(jnp.float32))
+        last = -eqxi.unvmap_max(-last)
         grew = progress >= last + self.minimum_increase
         return lax.cond(grew, report, lambda _: last, progress)
 

@@ -509,3 +509,30 @@ def test_throw_false_returns_the_result():
 
     assert solve(100).result == ode.RESULTS.successful
     assert solve(10).result == ode.RESULTS.max_steps_reached
+
+
+def test_progress_meter_under_vmap_reports_the_slowest_sample():
+    """One report per step of the batch, never going backwards (a callback per sample
+    would interleave the samples' progress)."""
+    seen = []
+
+    class Recording(ode.TextProgressMeter):
+        def _update(self, key, progress):
+            seen.append(progress)
+
+    def solve(rate):
+        return ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -a * y),
+            ode.Tsit5(),
+            0.0,
+            10.0,
+            0.1,
+            jnp.ones(2),
+            rate,
+            stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6),
+            progress_meter=Recording(),
+        ).ys
+
+    jax.block_until_ready(jax.jit(jax.vmap(solve))(jnp.array([0.1, 1.0, 5.0, 20.0])))
+    assert len(seen) > 5
+    assert all(b >= a for a, b in zip(seen, seen[1:]))
