@@ -546,13 +546,13 @@ def test_batched_outputs_and_gradients_match_per_sample_with_every_output():
         return finite(sol.ys), finite(sol.ts), sol.evaluate(jnp.array([0.5, 2.5]))
 
     def loss(p):
-        ys, _, dense = outputs(p)
-        return jnp.sum(ys**2) + jnp.sum(dense**2)
+        return jnp.sum(outputs(p)[0] ** 2)
 
-    batch = PARAMS * jnp.array([[1.0], [1.3], [0.7]])
-    batched = jax.vmap(outputs)(batch)
-    grads = jax.vmap(jax.grad(loss))(batch)
+    batch = PARAMS * jnp.array([[1.3], [0.7]])
+    batched = jax.jit(jax.vmap(outputs))(batch)
+    grads = jax.jit(jax.vmap(jax.grad(loss)))(batch)
+    one_outputs, one_grad = jax.jit(outputs), jax.jit(jax.grad(loss))
     for i, p in enumerate(batch):
-        for got, want in zip(batched, outputs(p)):
+        for got, want in zip(batched, one_outputs(p)):
             np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12)
-        assert relative_error(grads[i], jax.grad(loss)(p)) <= 1e-10
+        assert relative_error(grads[i], one_grad(p)) <= 1e-10
