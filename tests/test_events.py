@@ -257,3 +257,23 @@ def test_infinite_t1_needs_an_event():
 def test_event_is_not_reached_within_max_steps():
     sol = drop(9.81, ode.Event(lambda t, y, a, **k: y[1] - 1.0), max_steps=16, throw=False)
     assert sol.result == ode.RESULTS.max_steps_reached
+
+
+def test_event_time_under_jvp_and_with_a_stiff_solver():
+    analytic = -0.5 * math.sqrt(2 * HEIGHT) * 9.81**-1.5
+    stop = lambda g: drop(g, ode.Event(height), t1=5.0, adjoint=ode.ForwardMode()).ts[-1]
+    _, tangent = jax.jvp(stop, (9.81,), (1.0,))
+    np.testing.assert_allclose(tangent, analytic, rtol=1e-9)
+    stiff = lambda g: ode.diffeqsolve(
+        ode.ODETerm(falling),
+        ode.Kvaerno5(),
+        0.0,
+        5.0,
+        0.1,
+        jnp.array([HEIGHT, 0.0]),
+        g,
+        event=ode.Event(height),
+        stepsize_controller=PID,
+    ).ts[-1]
+    np.testing.assert_allclose(stiff(9.81), landing_time(9.81), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(stiff)(9.81), analytic, rtol=1e-9)
