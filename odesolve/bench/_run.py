@@ -11,7 +11,7 @@ from ._workloads import WORKLOADS
 
 REPEATS = dict(smoke=1, quick=7, full=11)
 # Seconds of timed calls a case may take; full mode always makes every repeat.
-BUDGET_S = dict(smoke=None, quick=20.0, full=None)
+BUDGET_S = dict(smoke=None, quick=10.0, full=None)
 
 
 def selection(only: str | None) -> list[Workload]:
@@ -33,13 +33,18 @@ def missing_requirements(workload: Workload, odesolve_module) -> list[str]:
     return [name for name in workload.requires if not hasattr(odesolve_module, name)]
 
 
-def run_workload(workload: Workload, mode: str, repeats: int, peers: dict) -> list[dict]:
-    """Rows of every case of one (non-derived) workload."""
+def run_workload(
+    workload: Workload, mode: str, repeats: int, peers: dict, cache: dict | None = None
+) -> list[dict]:
+    """Rows of every case of one (non-derived) workload; `cache` holds the run's
+    executables, so a function two workloads share is compiled once."""
     size = workload.size(mode, jax.default_backend())
     progress(f"{workload.id}: {workload.title}" + ("" if size is None else f" (size {size})"))
+    cases = workload.cases(size, peers)
+    progress(f"  {workload.id}: problems and reference solutions ready")
     rows = []
-    for case in workload.cases(size, peers):
-        rows += add_ratios(measure_case(case, repeats, BUDGET_S[mode]))
+    for case in cases:
+        rows += add_ratios(measure_case(case, repeats, BUDGET_S[mode], cache))
     return rows
 
 
@@ -49,7 +54,7 @@ def run(only: str | None = None, mode: str = "quick", repeats: int | None = None
     peers, notes = load_peers()
     for note in notes:
         progress(note)
-    rows, skipped, start = [], {}, time.perf_counter()
+    rows, skipped, start, cache = [], {}, time.perf_counter(), {}
     for workload in selection(only):
         missing = missing_requirements(workload, peers["odesolve"])
         if missing:
@@ -58,7 +63,7 @@ def run(only: str | None = None, mode: str = "quick", repeats: int | None = None
         elif workload.derive is not None:
             rows += workload.derive(rows)
         else:
-            rows += run_workload(workload, mode, repeats, peers)
+            rows += run_workload(workload, mode, repeats, peers, cache)
     return dict(
         rows=rows,
         notes=notes + list(skipped.values()),

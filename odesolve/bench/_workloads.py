@@ -134,6 +134,12 @@ def _w2_cases(size, peers: dict) -> list[Case]:
 # --- W3, W6: neural ODE, batched by vmap, float32 -----------------------------------------
 
 
+# W3 and W6 share their problem, functions and reference per batch size (cached for the
+# process): at the same batch, W6's gradient is W3's function on W3's inputs, so a run
+# compiles it once (quick mode on CPU sizes W6 so).
+
+
+@functools.cache
 def _neural_problem(batch: int):
     """(params, field, y0s, ts): an MLP field and `batch` initial states, fixed key."""
     key_mlp, key_y0 = jax.random.split(jax.random.key(0))
@@ -176,8 +182,18 @@ def _neural_gradient(solve):
     return value_and_grad
 
 
-def _neural_reference(field, ts, params, y0s):
+@functools.cache
+def _neural_functions(lib, batch: int) -> tuple:
+    """(forward, value_and_grad) of the batched neural ODE solve with `lib`, made once."""
+    _, field, _, ts = _neural_problem(batch)
+    solve = functools.partial(_neural_solve, lib, field, ts)
+    return solve, _neural_gradient(solve)
+
+
+@functools.cache
+def _neural_reference(batch: int) -> np.ndarray:
     """float64 scipy states of every solve at `ts`: (batch, len(ts), 2), as vmap lays out."""
+    params, field, y0s, ts = _neural_problem(batch)
     batched = jax.vmap(field, in_axes=(None, 0, None))
     ys = reference.solution(batched, y0s, 0.0, ts, params, rtol=1e-12, atol=1e-12)
     return np.moveaxis(ys, 0, 1)
@@ -189,10 +205,9 @@ def _loss_error(loss_ref):
 
 
 def _w3_cases(batch: int, peers: dict) -> list[Case]:
-    params, field, y0s, ts = _neural_problem(batch)
-    make = lambda lib: _neural_gradient(functools.partial(_neural_solve, lib, field, ts))
-    entries = _with_each_api(peers, make)
-    error = _loss_error(mean_of_squares(_neural_reference(field, ts, params, y0s)))
+    params, _, y0s, _ = _neural_problem(batch)
+    entries = _with_each_api(peers, lambda lib: _neural_functions(lib, batch)[1])
+    error = _loss_error(mean_of_squares(_neural_reference(batch)))
     label = f"W3 B={batch}"
     return [Case("W3", label, (params, y0s), tuple(entries), error, "rel. error of the loss")]
 
@@ -315,12 +330,12 @@ def _w6_limit(tsit5: tuple, field, ts, differentiate: bool) -> Entry:
 
 def _w6_cases(batch: int, peers: dict) -> list[Case]:
     params, field, y0s, ts = _neural_problem(batch)
-    solve = lambda lib: functools.partial(_neural_solve, lib, field, ts)
     tsit5 = tableau_of(peers["odesolve"].Tsit5)
-    forward = _with_each_api(peers, solve) + [_w6_limit(tsit5, field, ts, False)]
-    gradient = _with_each_api(peers, lambda lib: _neural_gradient(solve(lib)))
+    forward = _with_each_api(peers, lambda lib: _neural_functions(lib, batch)[0])
+    forward.append(_w6_limit(tsit5, field, ts, False))
+    gradient = _with_each_api(peers, lambda lib: _neural_functions(lib, batch)[1])
     gradient.append(_w6_limit(tsit5, field, ts, True))
-    ys_ref = _neural_reference(field, ts, params, y0s)
+    ys_ref = _neural_reference(batch)
     forward_error = lambda ys: reference.max_abs_error(ys, ys_ref)
     inputs = (params, y0s)
     return [
@@ -473,7 +488,8 @@ WORKLOADS = {
             "long-horizon gradient, constant Tsit5 steps",
             "float64",
             "(a, b, c, d)",
-            sizes=dict(smoke=(100,), quick=(1_000, 10_000), full=(1_000, 10_000, 100_000)),
+            # Quick: one size (each size compiles four gradients anew).
+            sizes=dict(smoke=(100,), quick=(10_000,), full=(1_000, 10_000, 100_000)),
             cases=_w4_cases,
             target=Target(
                 "<= 0.5 at <= diffrax's temp memory; tape within 1.5x of the scan",
@@ -496,7 +512,9 @@ WORKLOADS = {
             "ensemble of W3's field, forward and gradient",
             "float32",
             "the MLP",
-            sizes=dict(smoke=16, quick=2**10, full=2**10),
+            # Quick on CPU: W3's batch, so the gradient case reuses W3's executables (the
+            # stated 2^10 is --full); smoke likewise.
+            sizes=dict(smoke=8, quick=256, full=2**10),
             cases=_w6_cases,
             gpu_sizes=dict(quick=2**14, full=2**14),
             target=Target(
