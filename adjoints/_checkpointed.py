@@ -380,16 +380,20 @@ def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, pack
     def is_emit(k):
         return (k >= 0) & loop.pending(_get(slots, jnp.maximum(k, 0), packing))
 
+    def is_step(k):
+        return (k >= 0) & ~loop.pending(_get(slots, jnp.maximum(k, 0), packing))
+
     # The parameter cotangent is accumulated outside every `cond`: under `vmap` it is one
     # array per sample (a whole network's worth), which a `cond` would copy.
-    def outer(small, large, active):
+    def emits_then_step(small, large, active):
+        """Batched: the run of emits after a step, then the step."""
         k_before = small[0]
         (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
             lambda s, b: is_emit(s[0]),
             lambda s, b, a: emit_tick(s, b, a & active),
             small,
             large,
-            batched,
+            True,
         )
         lean = (k == k_before) & (k_before < n - 1)
         dc, dp = lax.cond(
@@ -401,9 +405,33 @@ def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, pack
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
         return (k - 1, ct_carry), (_add_where(stepping, ct_params, dp), ct_bufs)
 
+    def lean_step(small, ct_params, active):
+        k, ct_carry = small
+        dc, dp = step_vjp(k, ct_carry, lean=True)
+        return (k - 1, dc), _add(ct_params, dp)
+
+    def steps_then_emit(small, large, active):
+        """Unbatched: the step just before an emit (full VJP), the run of steps before it
+        in a tight inner loop of lean VJPs, then the emit."""
+        k, ct_carry = small
+        ct_params, ct_bufs = large
+        first = is_step(k)
+        dc, dp = lax.cond(
+            first, lambda: step_vjp(k, ct_carry, lean=False), lambda: (ct_carry, zero_params)
+        )
+        small = (jnp.where(first, k - 1, k), dc)
+        small, ct_params = lockstep_while(
+            lambda s, p: is_step(s[0]), lean_step, small, _add(ct_params, dp), False
+        )
+        return lax.cond(
+            small[0] >= 0,
+            lambda: emit_tick(small, (ct_params, ct_bufs), jnp.asarray(True)),
+            lambda: (small, (ct_params, ct_bufs)),
+        )
+
     (_, ct_init), (ct_params, _) = lockstep_while(
         lambda s, b: s[0] >= 0,
-        lambda s, b, a: outer(s, b, a),
+        lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
         (n - 1, ct_final),
         (zero_params, ct_buffers),
         batched,
