@@ -692,20 +692,12 @@ def _solve(
         save_ts=save_ts,
         direction=direction,
         dt0=None if dt0 is None else direction * dt0,
-        conditions=_conditions(
+        conditions=None
+        if event is None
+        else _conditions(
             event,
-            terms,
-            solver,
-            t0,
-            t1,
-            dt0,
-            saveat,
-            controller,
-            max_steps,
-            spec,
-            direction,
-            tau0,
-            y0_flat,
+            condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps),
+            (spec, direction, tau0, y0_flat),
             args,
         ),
     )
@@ -768,27 +760,11 @@ def _max_emits(config, params, max_steps):
     return emits
 
 
-def _conditions(
-    event,
-    terms,
-    solver,
-    t0,
-    t1,
-    dt0,
-    saveat,
-    controller,
-    max_steps,
-    spec,
-    direction,
-    tau0,
-    y0_flat,
-    args,
-):
+def _conditions(event, kwargs, flat_start, args):
     """The event's conditions on the flat state, closure-converted (they may close over
-    values that need cotangents, like the vector field), or None."""
-    if event is None:
-        return None
-    kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
+    values that need cotangents, like the vector field). `flat_start`: (spec, direction,
+    tau0, y0_flat), how the state is flattened and where the solve starts."""
+    spec, direction, tau0, y0_flat = flat_start
     flat = FlatConditions(event.conditions, spec, direction, kwargs)
     conditions = closure_convert(flat, tau0, y0_flat, args)
     check_condition_outputs(conditions.out_struct, event.conditions)
