@@ -18,6 +18,34 @@ from fractions import Fraction
 import numpy as np
 
 
+def check_consistency(tableau, diagonal: float, tol: float) -> None:
+    """Checks shared by explicit and implicit tableaux: sizes; each row of `a` (plus the
+    `diagonal` coefficient) sums to its c; b sums to 1 and b_error to 0; the interpolant
+    reaches y1 at theta = 1."""
+    c, a, b, b_error = tableau.c, tableau.a, tableau.b, tableau.b_error
+    s = len(c)
+    if c[0] != 0 or len(a) != s - 1 or len(b) != s:
+        raise ValueError("tableau sizes do not match its number of stages")
+    for i, row in enumerate(a):
+        if len(row) != i + 1:
+            raise ValueError(f"row {i + 1} of `a` must have {i + 1} entries")
+        if not np.isclose(sum(row) + diagonal, c[i + 1], rtol=tol, atol=tol / 100):
+            raise ValueError(f"row {i + 1} of `a` (plus the diagonal) does not sum to c[{i + 1}]")
+    if not np.isclose(sum(b), 1.0, rtol=tol):
+        raise ValueError("`b` must sum to 1")
+    if b_error is not None and not np.isclose(sum(b_error), 0.0, atol=tol):
+        raise ValueError("`b_error` must sum to 0")
+    interp = np.asarray(tableau.interp)
+    if interp.shape[0] != s or not np.allclose(interp.sum(1), b, atol=1e-12):
+        raise ValueError("the interpolant must reach y1 at theta = 1 (rows sum to b)")
+
+
+def used_stages(interp) -> tuple[int, ...]:
+    """Stages an interpolant uses (a nonzero row); only these are recorded for dense
+    output."""
+    return tuple(i for i, row in enumerate(interp) if any(x != 0 for x in row))
+
+
 @dataclasses.dataclass(frozen=True)
 class ButcherTableau:
     """An explicit Runge-Kutta method.
@@ -38,21 +66,7 @@ class ButcherTableau:
     order: int
 
     def __post_init__(self):
-        s = len(self.c)
-        if self.c[0] != 0 or len(self.a) != s - 1 or len(self.b) != s:
-            raise ValueError("tableau sizes do not match its number of stages")
-        for i, row in enumerate(self.a):
-            if len(row) != i + 1:
-                raise ValueError(f"row {i + 1} of `a` must have {i + 1} entries")
-            if not np.isclose(sum(row), self.c[i + 1], rtol=1e-12, atol=1e-14):
-                raise ValueError(f"row {i + 1} of `a` does not sum to c[{i + 1}]")
-        if not np.isclose(sum(self.b), 1.0, rtol=1e-12):
-            raise ValueError("`b` must sum to 1")
-        if self.b_error is not None and not np.isclose(sum(self.b_error), 0.0, atol=1e-12):
-            raise ValueError("`b_error` must sum to 0")
-        interp = np.asarray(self.interp)
-        if interp.shape[0] != s or not np.allclose(interp.sum(1), self.b, atol=1e-12):
-            raise ValueError("the interpolant must reach y1 at theta = 1 (rows sum to b)")
+        check_consistency(self, diagonal=0.0, tol=1e-12)
 
     @property
     def num_stages(self) -> int:
@@ -66,7 +80,7 @@ class ButcherTableau:
     @property
     def interp_stages(self) -> tuple[int, ...]:
         """Stages the interpolant uses; only these are recorded for dense output."""
-        return tuple(i for i, row in enumerate(self.interp) if any(x != 0 for x in row))
+        return used_stages(self.interp)
 
 
 def as_floats(rows) -> tuple:
@@ -148,23 +162,9 @@ class ImplicitTableau:
     error_order: int | None = None
 
     def __post_init__(self):
-        s = len(self.c)
-        if self.c[0] != 0 or len(self.a) != s - 1 or len(self.b) != s:
-            raise ValueError("tableau sizes do not match its number of stages")
-        for i, row in enumerate(self.a):
-            if len(row) != i + 1:
-                raise ValueError(f"row {i + 1} of `a` must have {i + 1} entries")
-            if not np.isclose(sum(row) + self.gamma, self.c[i + 1], rtol=1e-10, atol=1e-12):
-                raise ValueError(f"row {i + 1} of `a` plus gamma does not sum to c[{i + 1}]")
-        if not np.isclose(sum(self.b), 1.0, rtol=1e-10):
-            raise ValueError("`b` must sum to 1")
-        if self.b_error is not None and not np.isclose(sum(self.b_error), 0.0, atol=1e-10):
-            raise ValueError("`b_error` must sum to 0")
+        check_consistency(self, diagonal=self.gamma, tol=1e-10)
         if not self.stiffly_accurate:
             raise ValueError("the implicit engine needs a stiffly accurate method")
-        interp = np.asarray(self.interp)
-        if interp.shape[0] != s or not np.allclose(interp.sum(1), self.b, atol=1e-12):
-            raise ValueError("the interpolant must reach y1 at theta = 1 (rows sum to b)")
 
     @property
     def num_stages(self) -> int:
@@ -184,4 +184,4 @@ class ImplicitTableau:
     @property
     def interp_stages(self) -> tuple[int, ...]:
         """Stages the interpolant uses; only these are recorded for dense output."""
-        return tuple(i for i, row in enumerate(self.interp) if any(x != 0 for x in row))
+        return used_stages(self.interp)
