@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
-from ._loop import Loop, Write, apply_writes, lockstep_while, run_plain
+from ._loop import Loop, Write, apply_writes, lockstep_while, run_plain, scratch_row
 from ._schedule.online import Online
 from ._schedule.revolve import next_checkpoint
 from ._schedule.tape import Tape
@@ -43,8 +43,7 @@ def scratch_writes(buffers: tuple) -> tuple:
     """Zero writes to each buffer's last (scratch) row: what a step tick writes."""
 
     def one(buffer):
-        leaves = jtu.tree_leaves(buffer)
-        row = leaves[0].shape[0] - 1
+        row = scratch_row(buffer)
         zeros = jtu.tree_map(lambda b: jnp.zeros(b.shape[1:], b.dtype), buffer)
         return Write(jnp.int32(row), zeros)
 
@@ -274,28 +273,35 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     clears output cotangents."""
     params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = _split(carry)
-    whole = lambda pf, cf: (eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+    ct_next = _split(ct_next)[0]
 
     def emit_vjp(ct_buffers):
-        def emit(pf, cf):
-            new, writes = loop.emit(*whole(pf, cf))
-            return (_split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
-
-        _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
-        ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_buffers))
-        ct_buffers = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_buffers))
-        ct_params, ct_carry = pullback((_split(ct_next)[0], ct_values))
-        return ct_params, ct_carry, ct_buffers
+        emit = _emit_fn(loop, params_s, carry_s)
+        return _emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers)
 
     def step_vjp(ct_buffers):
-        def step(pf, cf):
-            return _split(loop.body(*whole(pf, cf)))[0]
-
-        _, pullback = jax.vjp(step, params_f, carry_f)
-        ct_params, ct_carry = pullback(_split(ct_next)[0])
+        _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
+        ct_params, ct_carry = pullback(ct_next)
         return ct_params, ct_carry, ct_buffers
 
     return lax.cond(loop.pending(carry), emit_vjp, step_vjp, ct_buffers)
+
+
+def _emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params=True):
+    """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
+    buffers) of one emit, given the carry's after it. Each write's cotangent is read from
+    its buffer row, which is then cleared (earlier writes to it were overwritten); an
+    inactive sample (see `lockstep_while`) reads and clears scratch rows only."""
+    if wrt_params:
+        _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
+    else:
+        _, pull_carry, rows = jax.vjp(lambda cf: emit(params_f, cf), carry_f, has_aux=True)
+        pullback = lambda ct: (None, *pull_carry(ct))
+    rows = tuple(jnp.where(active, row, scratch_row(b)) for row, b in zip(rows, ct_bufs))
+    ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+    ct_bufs = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+    ct_params, ct_carry = pullback((ct_carry, ct_values))
+    return ct_params, ct_carry, ct_bufs
 
 
 def _add(a, b):
@@ -360,19 +366,9 @@ def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, pack
         ct_params, ct_bufs = large
         carry_f, carry_s = _split(_get(slots, k, packing))
         emit = _emit_fn(loop, params_s, carry_s)
-        if emit_reads_params:
-            _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
-        else:
-            _, pull_carry, rows = jax.vjp(lambda cf: emit(params_f, cf), carry_f, has_aux=True)
-            pullback = lambda ct: (zero_params, *pull_carry(ct))
-        # An inactive sample reads and clears scratch rows only.
-        rows = tuple(
-            jnp.where(active, row, jtu.tree_leaves(b)[0].shape[0] - 1)
-            for row, b in zip(rows, ct_bufs)
+        dp, dc, ct_bufs = _emit_vjp(
+            emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params=emit_reads_params
         )
-        ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
-        ct_bufs = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
-        dp, dc = pullback((ct_carry, ct_values))
         if emit_reads_params:
             ct_params = _add_where(active, ct_params, dp)
         return (k - 1, dc), (ct_params, ct_bufs)

@@ -107,13 +107,17 @@ def batch_size(*trees: Any) -> int:
     return size
 
 
+def scratch_row(buffer: Any) -> int:
+    """Index of a buffer's last row, the scratch row that dropped writes go to."""
+    return jtu.tree_leaves(buffer)[0].shape[0] - 1
+
+
 def apply_writes(buffers: tuple, writes: tuple, active: Any = True) -> tuple:
     """Store each write in its buffer; an inactive write (see `lockstep_while`) goes to
     the buffer's last row, a scratch row. Under `vmap` a batched row becomes a scatter."""
 
     def put(buffer, write):
-        scratch = jtu.tree_leaves(buffer)[0].shape[0] - 1
-        row = jnp.where(active, write.row, scratch)
+        row = jnp.where(active, write.row, scratch_row(buffer))
         return jtu.tree_map(
             lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), row, 0),
             buffer,
