@@ -327,8 +327,11 @@ def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
-def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, packing):
-    """Every carry is stored: reverse tick by tick, no recomputation.
+def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True):
+    """Every carry is stored: reverse tick by tick, no recomputation. `start` holds the
+    cotangents (of the final carry, of the parameters so far) to begin from; when not
+    `enabled` no tick runs and they come back unchanged. Returns those of (the initial
+    carry, the parameters) and what is left of the output cotangents.
 
     Each iteration reverses the run of emits that follows a step (an inner loop touching
     only the output cotangents), then the step. Organised by steps rather than by emits
@@ -342,6 +345,7 @@ def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, pack
     params_f, params_s = eqx.partition(params, diff)
     zero_params = jtu.tree_map(jnp.zeros_like, params_f)
     n, slots = sweep.n, sweep.slots
+    ct_final, ct_params = start
     batched = loop.batch_size > 1
     example_f, example_s = _split(_get(slots, 0, packing))
     step_reads = _read_leaves(_step_fn(loop, params_s, example_s), params_f, example_f)[1]
@@ -425,14 +429,14 @@ def _reverse_tape(loop, params, diff, sweep, ct_final, ct_buffers, scratch, pack
             lambda: (small, (ct_params, ct_bufs)),
         )
 
-    (_, ct_init), (ct_params, _) = lockstep_while(
+    (_, ct_init), (ct_params, ct_buffers) = lockstep_while(
         lambda s, b: s[0] >= 0,
         lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
-        (n - 1, ct_final),
-        (zero_params, ct_buffers),
+        (jnp.where(enabled, n - 1, -1), ct_final),
+        (ct_params, ct_buffers),
         batched,
     )
-    return ct_params, ct_init
+    return (ct_init, ct_params), ct_buffers
 
 
 def _step_fn(loop, params_s, carry_s):
@@ -462,13 +466,15 @@ def _nearest(slot_index, target):
     return jnp.argmax(eligible).astype(jnp.int32)
 
 
-def _reverse_recompute(loop, params, diff, sweep, ct_final, ct_buffers, scratch, packing):
+def _reverse_recompute(
+    loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True
+):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
     Griewank's binomial rule. Each iteration advances (in an inner loop of bare ticks) to
     the next checkpoint or to the tick to reverse, then stores or reverses. The slot
     bookkeeping is branch-free, so the slots never pass through a `cond` (which would copy
-    them every iteration)."""
-    zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
+    them every iteration). `start`, `enabled` and the result as for `_reverse_tape`."""
+    ct_final, ct_params = start
     n, slots, slot_index, decisions = sweep.n, sweep.slots, sweep.slot_index, sweep.decisions
     scratch_slot = slot_index.shape[0]
 
@@ -515,20 +521,20 @@ def _reverse_recompute(loop, params, diff, sweep, ct_final, ct_buffers, scratch,
         return (target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs)
 
     # Start at the last tick, whose carry the forward sweep kept.
-    target = n - 1
+    target = jnp.where(enabled, n - 1, -1)
     state = (
         target,
-        target,
+        n - 1,
         sweep.last,
-        target,
+        n - 1,
         slots,
         slot_index,
         ct_final,
-        zero_params,
+        ct_params,
         ct_buffers,
     )
     out = lax.while_loop(lambda s: s[0] >= 0, lambda s: body(s), state)
-    return out[7], out[6]
+    return (out[6], out[7]), out[8]
 
 
 # ------------------------------------------------------------------ the custom VJP
@@ -558,18 +564,25 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
     # Only the inputs being differentiated: a parameter that is not (save times, the
     # controller's tolerances) would otherwise get a cotangent accumulated every step.
     diff = jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
-    inputs = (loop, params, diff, sweep, ct_final, ct_buffers, scratch, _Packing.of(init))
+    zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
+    start = (ct_final, zero_params)
+    fixed = (loop, params, diff, sweep)
+    rest = (scratch, _Packing.of(init))
     if isinstance(schedule, Tape):
-        return _reverse_tape(*inputs)
-    if isinstance(schedule, Online):
+        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, *rest)
+    elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
-        return lax.cond(
-            eqxi.unvmap_all(sweep.n <= schedule.slots),
-            lambda: _reverse_tape(*inputs),
-            lambda: _reverse_recompute(*inputs),
+        # The two sweeps run one after the other, one of them for zero ticks, rather than
+        # in the branches of a `cond`: a branch that writes to the slots would copy them.
+        as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
+        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
+        (ct_init, ct_params), _ = _reverse_recompute(
+            *fixed, start, ct_buffers, *rest, ~as_tape
         )
-    return _reverse_recompute(*inputs)
+    else:
+        (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)
+    return ct_params, ct_init
 
 
 def _materialise(ct, shapes):
