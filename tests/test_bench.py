@@ -6,7 +6,8 @@ which this process's strict-promotion configuration would contradict. Compiling 
 workload's gradients for two libraries takes about two minutes on 2 cores, so the default
 test runs W1 and W4 at their smoke sizes (every kind of entry: peers, the scan limit,
 adjoint variants, memory; ~25 s), plus W1 without Diffrax; set ODESOLVE_BENCH_ALL=1 to
-smoke-run all of W1-W7.
+smoke-run all of W1-W7. The PyTorch peers' rows are checked in process, and only where
+torchdiffeq and torchode are installed (CI has no torch).
 """
 
 import json
@@ -15,13 +16,16 @@ import subprocess
 import sys
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from odesolve.bench._measure import compile_function
+from odesolve.bench import _reference as reference
+from odesolve.bench._measure import add_ratios, compile_function, measure_case, repeats_per_entry
 from odesolve.bench._peers import Peer
+from odesolve.bench._problems import LOTKA_VOLTERRA_RATES, LOTKA_VOLTERRA_Y0, lotka_volterra
 from odesolve.bench._run import selection
-from odesolve.bench._spec import MODES
-from odesolve.bench._workloads import WORKLOADS
+from odesolve.bench._spec import MODES, Case, Entry, Work
+from odesolve.bench._workloads import TORCH_PEERS, WORKLOADS, tsit5_evals
 
 ROW_FIELDS = {
     "workload",
@@ -29,6 +33,7 @@ ROW_FIELDS = {
     "library",
     "compile_s",
     "compile_reused",
+    "compiled",
     "run_ms",
     "ratio",
     "steps",
@@ -139,3 +144,51 @@ def test_w6_shares_w3_batch_on_cpu_except_full():
 
 def test_missing_peer_says_how_to_install():
     assert Peer("nothing", "no_such_module_for_odesolve", "pip install nothing").load() is None
+
+
+def test_eager_entries_are_measured_apart():
+    """An eager entry (as the PyTorch peers): no compile and no XLA memory, the steps and
+    evaluations it counted, compile time the first call minus the median; its repeats are
+    budgeted apart from the JAX entries'; W7 leaves it out."""
+    twice = lambda x: 2.0 * x
+    jax_entry = Entry("jax", lambda rows: lambda x: (twice(x), jnp.asarray(3)), tsit5_evals)
+    eager = Entry("eager", lambda rows: lambda x: (twice(np.asarray(x)), Work(3, 19)), eager=True)
+    error = lambda y: float(np.max(np.abs(np.asarray(y) - 2.0)))
+    case = Case("W3", "W3 B=2", (jnp.ones(2),), (jax_entry, eager), error, "max error")
+    rows = {row["library"]: row for row in add_ratios(measure_case(case, repeats=3))}
+    assert ROW_FIELDS <= set(rows["eager"])
+    assert rows["jax"]["compiled"] and rows["jax"]["temp_bytes"] is not None
+    assert not rows["eager"]["compiled"] and rows["eager"]["temp_bytes"] is None
+    for row in rows.values():
+        assert (row["steps"], row["vf_evals"]) == (3, 19), row["library"]
+    assert rows["eager"]["compile_s"] >= 0.0 and rows["eager"]["error"] == 0.0
+    assert repeats_per_entry([True, True, False], [0.1, 0.1, 5.0], 7, 10.0) == [7, 7, 3]
+    assert [row["library"] for row in WORKLOADS["W7"].derive(list(rows.values()))] == ["jax"]
+
+
+def test_torch_peers_rows():
+    """With torchdiffeq and torchode installed (not on CI): their W3 rows at the smoke size,
+    and their W1/W2 adapters on a short horizon against the scipy reference (~9 s)."""
+    peers = {name: pytest.importorskip(name) for name in TORCH_PEERS}
+    from odesolve.bench import _torch
+
+    (case,) = WORKLOADS["W3"].cases(WORKLOADS["W3"].size("smoke", "cpu"), peers)
+    rows = {row["library"]: row for row in add_ratios(measure_case(case, repeats=1))}
+    assert set(rows) == {label for _, label in _torch.LABELS.values()}
+    for row in rows.values():
+        assert ROW_FIELDS <= set(row) and not row["compiled"] and row["temp_bytes"] is None
+        assert row["steps"] > 0 and row["vf_evals"] == 6 * row["steps"] + 1
+        assert row["error"] < 1e-5 and row["compile_s"] >= 0.0
+    ts = jnp.linspace(0.0, 1.0, 5)
+    y0, rates = jnp.asarray(LOTKA_VOLTERRA_Y0), jnp.asarray(LOTKA_VOLTERRA_RATES)
+    options = dict(tolerance=1e-8, dt0=0.01)
+    ys_ref = reference.solution(lotka_volterra, y0, 0.0, ts, rates)
+    for entry in _torch.lotka_volterra_entries(peers, ts, y0, rates, gradient=False, **options):
+        ys, work = entry.build({})(rates)
+        assert ys.shape == (5, 2) and reference.max_abs_error(ys, ys_ref) < 1e-6, entry.library
+        assert work.steps > 0 and work.vf_evals == 6 * work.steps + 1, entry.library
+    loss = lambda ys: jnp.sum(ys**2)
+    grad_ref = reference.sensitivity_gradient(lotka_volterra, y0, 0.0, ts, rates, loss)
+    for entry in _torch.lotka_volterra_entries(peers, ts, y0, rates, gradient=True, **options):
+        grad, work = entry.build({})(rates)
+        assert reference.max_rel_error(grad, grad_ref) < 1e-5, entry.library

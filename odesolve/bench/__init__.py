@@ -1,12 +1,14 @@
 """odesolve's benchmark: workloads W1-W7 of shared/BENCHMARKS.md, side by side with Diffrax,
-`jax.experimental.ode` and a fixed-step `lax.scan` limit, in one process.
+`jax.experimental.ode`, torchdiffeq and torchode (when installed) and a fixed-step
+`lax.scan` limit, in one process.
 
     python -m odesolve.bench            # quick CPU sizes, a few minutes at most
     python -m odesolve.bench --full     # the stated sizes
     python -m odesolve.bench --only W2,W4 --out DIR
 
 Modules, one concern each: `_problems` (the equations), `_workloads` (W1-W7 as specs and
-their targets), `_peers` (which libraries, how to install them, adapters), `_limit` (the
-fixed-step scan), `_reference` (tight scipy solutions), `_measure` (compile, time, memory),
-`_run` (selection and order), `_report` (table, JSON, plot).
+their targets), `_peers` (which libraries, how to install them, adapters), `_torch` (the
+PyTorch peers' adapters, imported only when one is installed), `_limit` (the fixed-step
+scan), `_reference` (tight scipy solutions), `_measure` (compile, time, memory), `_run`
+(selection and order), `_report` (table, JSON, plot).
 """

@@ -6,10 +6,14 @@
   gradient at W3's batch) is compiled once per run and reports that one compile time.
 - Run time: median over `repeats` rounds; each round calls every entry once, in turn, and
   blocks on its result, so load from other users of the machine hits all entries alike.
-  With a time budget, slow cases get fewer rounds (at least 3; the row says how many).
+  With a time budget, slow cases get fewer rounds (at least 3; the row says how many);
+  eager entries are budgeted apart, and sit out the rounds past their own count.
 - Memory: XLA's temp buffer size from the compiled executable (deterministic).
 - Work: steps from the solver's stats (largest over a batch: a vmapped loop runs that many
   iterations), vector-field evaluations from the steps.
+- Eager entries (PyTorch) are called as they are: no compile, no XLA memory; their
+  "compile time" is, by the same definition, their first call minus the median (warm-up:
+  allocations, lazy initialisation), and they count their own steps and evaluations.
 """
 
 import dataclasses
@@ -21,7 +25,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ._spec import Case, Entry
+from ._spec import Case, Entry, Work
 
 
 @dataclasses.dataclass
@@ -61,6 +65,15 @@ def compile_function(fn: Callable, inputs: tuple, cache: dict | None = None) -> 
     return compiled
 
 
+def prepare(entry: Entry, rows: dict, inputs: tuple, cache: dict | None = None) -> Compiled:
+    """The callable to time for `entry` (built given the case's `rows` so far): compiled by
+    XLA, or as built for an eager entry (its compile time is set once its median is known)."""
+    function = entry.build(rows)
+    if entry.eager:
+        return Compiled(function, compile_s=0.0, temp_bytes=None)
+    return compile_function(function, inputs, cache)
+
+
 def timed_call(executable: Callable, inputs: tuple) -> float:
     """Seconds for one call, including waiting for the result."""
     start = time.perf_counter()
@@ -68,17 +81,24 @@ def timed_call(executable: Callable, inputs: tuple) -> float:
     return time.perf_counter() - start
 
 
-def interleaved_medians(executables: list, inputs: tuple, repeats: int) -> list[float]:
-    """Median seconds per call of each executable, calling them in turn `repeats` times."""
+def interleaved_medians(executables: list, inputs: tuple, repeats: list[int]) -> list[float]:
+    """Median seconds per call of each executable, calling them in turn, round after round;
+    executable i takes part in the first `repeats[i]` rounds."""
     samples = [[] for _ in executables]
-    for _ in range(repeats):
-        for times, executable in zip(samples, executables):
-            times.append(timed_call(executable, inputs))
+    for round_index in range(max(repeats)):
+        for times, executable, count in zip(samples, executables, repeats):
+            if round_index < count:
+                times.append(timed_call(executable, inputs))
     return [statistics.median(times) for times in samples]
 
 
-def _steps(num_steps) -> int | None:
-    return None if num_steps is None else int(np.max(np.asarray(num_steps)))
+def _work(entry: Entry, num_steps) -> tuple[int | None, int | None]:
+    """(steps, vector-field evaluations) from what an entry returned: a `Work`, or a step
+    count (the largest over a batch), or None."""
+    if isinstance(num_steps, Work):
+        return num_steps.steps, num_steps.vf_evals
+    steps = None if num_steps is None else int(np.max(np.asarray(num_steps)))
+    return steps, None if steps is None or entry.evals is None else int(entry.evals(steps))
 
 
 _STARTED = time.perf_counter()
@@ -95,7 +115,7 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
     start = time.perf_counter()
     result, num_steps = jax.block_until_ready(compiled.executable(*case.inputs))
     warm_s = time.perf_counter() - start
-    steps = _steps(num_steps)
+    steps, vf_evals = _work(entry, num_steps)
     error = case.error(result) if case.error is not None and entry.comparable else None
     return dict(
         workload=case.workload,
@@ -103,14 +123,24 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         library=entry.library,
         compile_s=compiled.compile_s,
         compile_reused=compiled.reused,
+        compiled=not entry.eager,
         temp_bytes=compiled.temp_bytes,
         steps=steps,
-        vf_evals=None if steps is None or entry.evals is None else int(entry.evals(steps)),
+        vf_evals=vf_evals,
         error=error,
         error_of=case.error_of if error is not None else None,
         batch=case.batch,
         warm_s=warm_s,
     )
+
+
+def _prepared(row: dict, compiled: Compiled) -> str:
+    """How an entry got ready, for the progress line."""
+    first = f"first call {row['warm_s']:.2f} s"
+    if not row["compiled"]:
+        return f"runs eagerly (no compile), {first}"
+    how = "compiled earlier in this run, in" if compiled.reused else "compiled in"
+    return f"{how} {compiled.compile_s:.2f} s, {first}"
 
 
 def affordable_repeats(repeats: int, seconds_per_round: float, budget_s: float | None) -> int:
@@ -121,27 +151,46 @@ def affordable_repeats(repeats: int, seconds_per_round: float, budget_s: float |
     return max(min(repeats, 3), int(budget_s / seconds_per_round))
 
 
+def repeats_per_entry(
+    compiled: list[bool], first_calls: list[float], repeats: int, budget_s: float | None
+) -> list[int]:
+    """Timed calls of each entry: `affordable_repeats` of the compiled (JAX) entries
+    together, and of the eager ones apart, so that slow PyTorch peers cost the JAX rows
+    none of their repeats."""
+    counts = {}
+    for kind in (True, False):
+        seconds = sum(first for first, c in zip(first_calls, compiled) if c == kind)
+        counts[kind] = affordable_repeats(repeats, seconds, budget_s)
+    return [counts[c] for c in compiled]
+
+
+def _record_time(row: dict, seconds: float, first_s: float, repeats: int, batch) -> None:
+    """Set a row's median run time (and solves/s for a batch); for an eager entry also its
+    compile time, the first call minus the median."""
+    row["run_ms"], row["repeats"] = 1e3 * seconds, repeats
+    row["solves_per_s"] = None if batch is None else batch / seconds
+    if not row["compiled"]:
+        row["compile_s"] = max(first_s - seconds, 0.0)
+
+
 def measure_case(
     case: Case, repeats: int, budget_s: float | None = None, cache: dict | None = None
 ) -> list[dict]:
     """One row per entry of `case`: compile time, run time, memory, steps, error."""
     rows, executables = {}, []
     for entry in case.entries:
-        compiled = compile_function(entry.build(rows), case.inputs, cache)
+        compiled = prepare(entry, rows, case.inputs, cache)
         rows[entry.library] = _first_row(case, entry, compiled)
         executables.append(compiled.executable)
-        how = "compiled earlier in this run, in" if compiled.reused else "compiled in"
-        progress(
-            f"  {case.label}: {entry.library} {how} {compiled.compile_s:.2f} s, "
-            f"first call {rows[entry.library]['warm_s']:.2f} s"
-        )
-    repeats = affordable_repeats(repeats, sum(r.pop("warm_s") for r in rows.values()), budget_s)
-    medians = interleaved_medians(executables, case.inputs, repeats)
-    for row, seconds in zip(rows.values(), medians):
-        row["run_ms"], row["repeats"] = 1e3 * seconds, repeats
-        row["solves_per_s"] = None if case.batch is None else case.batch / seconds
+        progress(f"  {case.label}: {entry.library} {_prepared(rows[entry.library], compiled)}")
+    first_calls = [row.pop("warm_s") for row in rows.values()]
+    is_compiled = [row["compiled"] for row in rows.values()]
+    counts = repeats_per_entry(is_compiled, first_calls, repeats, budget_s)
+    medians = interleaved_medians(executables, case.inputs, counts)
+    for row, seconds, first_s, count in zip(rows.values(), medians, first_calls, counts):
+        _record_time(row, seconds, first_s, count, case.batch)
     progress(
-        f"  {case.label}: {repeats} timed rounds: "
+        f"  {case.label}: {max(counts)} timed rounds: "
         + ", ".join(f"{name} {row['run_ms']:.3g} ms" for name, row in rows.items())
     )
     return list(rows.values())

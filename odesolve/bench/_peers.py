@@ -1,8 +1,9 @@
 """The libraries measured side by side, and adapters for the ones without Diffrax's API.
 
 odesolve and Diffrax share one API, so a workload builds both from the same code given
-the module. `jax.experimental.ode.odeint` (Dopri5, backsolve adjoint) gets an adapter. A
-peer that is not installed is skipped with one line saying how to install it.
+the module. `jax.experimental.ode.odeint` (Dopri5, backsolve adjoint) gets an adapter
+here; the PyTorch peers, torchdiffeq and torchode, get theirs in `_torch`. A peer that is
+not installed is skipped with one line saying how to install it.
 """
 
 import dataclasses
@@ -22,12 +23,15 @@ class Peer:
     - `install`: the command that installs it.
     - `adapted`: whether the bench has workloads for it; an installed peer without them is
       reported rather than silently ignored.
+    - `notes`: what a reader of the table must know about its rows (printed once each,
+      when it is installed).
     """
 
     name: str
     module: str
     install: str
     adapted: bool = True
+    notes: tuple[str, ...] = ()
 
     def load(self) -> ModuleType | None:
         """The imported module, or None when it is not installed."""
@@ -37,19 +41,37 @@ class Peer:
             return None
 
 
+# On PyPI `torch` is the CUDA build (gigabytes); the CPU wheel comes from PyTorch's index.
+_TORCH_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu; pip install"
+_TORCH_NOTE = (
+    "PyTorch peers: eager, on 1 thread as XLA runs these loops (see odesolve/bench/_torch.py); "
+    "compile s = first call minus median (~); not run on W4 (XLA temp memory, 1e4-step loops), "
+    "W5 (no implicit solver) or W7 (XLA compile time)"
+)
+_TORCHDIFFEQ_NOTE = (
+    "torchdiffeq: Dopri5 (it has no Tsit5) and its own integral controller; a batch (W3, W6) "
+    "is one system with one step size; steps and evaluations counted by wrapping the field",
+    _TORCH_NOTE,
+)
+_TORCHODE_NOTE = (
+    "torchode: Tsit5, IntegralController, AutoDiffAdjoint; batch-native (a step size per "
+    "sample; steps of the slowest sample and evaluations of the batched field, from sol.stats)",
+    _TORCH_NOTE,
+)
+
 PEERS = (
     Peer("odesolve", "odesolve", "pip install -e ."),
     Peer("diffrax", "diffrax", "pip install diffrax  (or: pip install -e '.[bench]')"),
     Peer("jax.experimental.ode", "jax.experimental.ode", "it ships with jax"),
-    # The PyTorch solvers run outside XLA and need a torch install of their own (gigabytes
-    # with CUDA); the bench reports them when present but does not drive them yet.
-    Peer("torchdiffeq", "torchdiffeq", "pip install torchdiffeq", adapted=False),
-    Peer("torchode", "torchode", "pip install torchode", adapted=False),
+    # The PyTorch solvers run outside XLA, eagerly, and need a torch install of their own.
+    Peer("torchdiffeq", "torchdiffeq", _TORCH_INSTALL + " torchdiffeq", notes=_TORCHDIFFEQ_NOTE),
+    Peer("torchode", "torchode", _TORCH_INSTALL + " torchode", notes=_TORCHODE_NOTE),
 )
 
 
 def load_peers() -> tuple[dict[str, ModuleType], list[str]]:
-    """The installed peers by name, and one note for each peer that will not be measured."""
+    """The installed peers by name, and notes: one for each peer that will not be measured,
+    and what to know about the rows of those that will."""
     loaded, notes = {}, []
     for peer in PEERS:
         module = peer.load()
@@ -59,6 +81,7 @@ def load_peers() -> tuple[dict[str, ModuleType], list[str]]:
             notes.append(f"{peer.name} is installed, but odesolve.bench has no adapter for it")
         else:
             loaded[peer.name] = module
+            notes += [note for note in peer.notes if note not in notes]
     return loaded, notes
 
 

@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 
 import jax
@@ -24,9 +25,13 @@ COLUMNS = (
 
 
 SHARED_NOTE = "* compiled once, for an earlier case: the same function on inputs of the same shapes"
+EAGER_NOTE = "~ no compile (eager PyTorch): the first call minus the median run time"
 
 
 def _shared_mark(row: dict) -> str:
+    """`*` for an executable compiled for an earlier case, `~` for an eager entry."""
+    if not row.get("compiled", True):
+        return "~"
     return "*" if row.get("compile_reused") else ""
 
 
@@ -58,8 +63,10 @@ def table(rows: list[dict]) -> str:
             out.append("")
         out.append(line([text(row) for _, _, text in COLUMNS]))
         previous = row["case"]
-    if any(_shared_mark(row) for row in rows):
-        out += ["", SHARED_NOTE]
+    marks = {_shared_mark(row) for row in rows}
+    notes = [note for mark, note in (("*", SHARED_NOTE), ("~", EAGER_NOTE)) if mark in marks]
+    if notes:
+        out += ["", *notes]
     return "\n".join(out)
 
 
@@ -78,6 +85,8 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
     versions = {name: getattr(module, "__version__", None) for name, module in peers.items()}
     versions["jax"], versions["python"] = jax.__version__, platform.python_version()
     versions.pop("jax.experimental.ode", None)  # it is jax's own version
+    if "torch" in sys.modules:  # imported by a PyTorch peer
+        versions["torch"] = sys.modules["torch"].__version__
     return dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         machine=platform.platform(),
@@ -94,7 +103,9 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
             "the same case (W7: compile_s); compile_reused: the executable of an earlier "
             "case (same function, same input shapes) was reused; temp_bytes: XLA "
             "memory_analysis temp size; "
-            "vf_evals: of one forward solve, from the step count"
+            "vf_evals: of one forward solve, from the step count; compiled=false (PyTorch "
+            "peers, eager, torch.set_num_threads(1)): compile_s is the first call minus the "
+            "median, steps and vf_evals as the library counted them"
         ),
     )
 

@@ -20,12 +20,26 @@ class Entry:
       where they are not a function of it (implicit solvers: Newton iterations).
     - `comparable`: whether `result` is the same quantity as the other entries' (a limit
       that saves nothing is not), so its error against the reference means something.
+    - `eager`: the function runs as called, outside XLA (the PyTorch peers): nothing is
+      compiled, its compile time is its first call minus the median, it has no XLA temp
+      memory, and it may return a `Work` in place of num_steps.
     """
 
     library: str
     build: Callable[[dict], Callable]
     evals: Callable[[int], int] | None = None
     comparable: bool = True
+    eager: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """Steps and vector-field evaluations of one forward solve as a library counted them
+    (torchode's `sol.stats`, calls to torchdiffeq's field); an eager entry returns it in
+    place of num_steps."""
+
+    steps: int
+    vf_evals: int
 
 
 @dataclasses.dataclass(frozen=True)
