@@ -338,31 +338,22 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
     so that under `vmap`, where the samples move in lockstep, the expensive tick (a
     step's VJP) runs once per step of the slowest sample, not once per tick of any kind.
 
-    A step does not read every part of the carry (the solver keeps there what only an
-    emit uses). The cotangent a step passes back to such a part is zero, so a step
-    followed by another step takes a VJP that leaves those outputs out ("lean"); one
-    followed by an emit, or the last tick, takes the full VJP."""
+    Every step takes one and the same VJP, of all its outputs. (A "lean" VJP leaving out
+    what only an emit reads, for a step followed by a step, was measured no faster, and
+    a second linearised step costs a third of the compile time.)"""
     params_f, params_s = eqx.partition(params, diff)
-    zero_params = jtu.tree_map(jnp.zeros_like, params_f)
     n, slots = sweep.n, sweep.slots
     ct_final, ct_params = start
     batched = loop.batch_size > 1
     example_f, example_s = _split(_get(slots, 0, packing))
-    step_reads = _read_leaves(_step_fn(loop, params_s, example_s), params_f, example_f)[1]
-    keep = lambda tree: [x for x, r in zip(jtu.tree_leaves(tree), step_reads) if r]
     emit_reads_params = any(
         _read_leaves(_emit_fn(loop, params_s, example_s), params_f, example_f)[0]
     )
 
-    def step_vjp(k, ct_carry, lean):
+    def step_vjp(k, ct_carry):
         carry_f, carry_s = _split(_get(slots, k, packing))
-        step = _step_fn(loop, params_s, carry_s)
-        if lean:
-            _, pullback = jax.vjp(lambda pf, cf: keep(step(pf, cf)), params_f, carry_f)
-            dp, dc = pullback(keep(ct_carry))
-        else:
-            _, pullback = jax.vjp(step, params_f, carry_f)
-            dp, dc = pullback(ct_carry)
+        _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
+        dp, dc = pullback(ct_carry)
         return dc, dp
 
     def emit_tick(small, large, active):
@@ -387,7 +378,6 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
     # array per sample (a whole network's worth), which a `cond` would copy.
     def emits_then_step(small, large, active):
         """Batched: the run of emits after a step, then the step."""
-        k_before = small[0]
         (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
             lambda s, b: is_emit(s[0]),
             lambda s, b, a: emit_tick(s, b, a & active),
@@ -395,33 +385,22 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
             large,
             True,
         )
-        lean = (k == k_before) & (k_before < n - 1)
-        dc, dp = lax.cond(
-            eqxi.unvmap_all(lean),
-            lambda: step_vjp(jnp.maximum(k, 0), ct_carry, lean=True),
-            lambda: step_vjp(jnp.maximum(k, 0), ct_carry, lean=False),
-        )
+        dc, dp = step_vjp(jnp.maximum(k, 0), ct_carry)
         stepping = active & (k >= 0)
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
         return (k - 1, ct_carry), (_add_where(stepping, ct_params, dp), ct_bufs)
 
-    def lean_step(small, ct_params, active):
+    def one_step(small, ct_params, active):
         k, ct_carry = small
-        dc, dp = step_vjp(k, ct_carry, lean=True)
+        dc, dp = step_vjp(k, ct_carry)
         return (k - 1, dc), _add(ct_params, dp)
 
     def steps_then_emit(small, large, active):
-        """Unbatched: the step just before an emit (full VJP), the run of steps before it
-        in a tight inner loop of lean VJPs, then the emit."""
-        k, ct_carry = small
+        """Unbatched: the run of steps before an emit in a tight inner loop, then the
+        emit."""
         ct_params, ct_bufs = large
-        first = is_step(k)
-        dc, dp = lax.cond(
-            first, lambda: step_vjp(k, ct_carry, lean=False), lambda: (ct_carry, zero_params)
-        )
-        small = (jnp.where(first, k - 1, k), dc)
         small, ct_params = lockstep_while(
-            lambda s, p: is_step(s[0]), lean_step, small, _add(ct_params, dp), False
+            lambda s, p: is_step(s[0]), one_step, small, ct_params, False
         )
         return lax.cond(
             small[0] >= 0,
@@ -577,9 +556,7 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
         start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
-        (ct_init, ct_params), _ = _reverse_recompute(
-            *fixed, start, ct_buffers, *rest, ~as_tape
-        )
+        (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)
     return ct_params, ct_init
