@@ -18,7 +18,6 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-import numpy as np
 
 from adjoints import (
     AbstractAdjoint,
@@ -825,27 +824,26 @@ def _runtime_input_checks(params, dt0_tau):
 
 
 def _check_result(code) -> None:
-    """Host side of `throw=True`: raise with the message of the first failure."""
-    codes = [int(c) for c in np.ravel(np.asarray(code))]
-    failures = [c for c in codes if c not in (RESULTS.successful, RESULTS.event_occurred)]
-    if failures:
-        result = RESULTS(failures[0])
-        raise RuntimeError(
-            f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to "
-            "get the solution back with sol.result set instead."
-        )
+    """Host side of `throw=True`: raise with the message of the failure `code`."""
+    result = RESULTS(int(code))
+    raise RuntimeError(
+        f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to "
+        "get the solution back with sol.result set instead."
+    )
 
 
 def _raise_if_failed(sol: Solution, result) -> Solution:
-    """A host callback that raises when the solve failed. It runs only on failure: the
-    branch predicate is reduced over any `vmap` batch (`unvmap_any`), so a batched solve
-    does not turn the branch into a callback on every call. (Not `eqx.error_if`: under
+    """A host callback that raises when the solve failed. It runs only on failure, and
+    gets one code however large a `vmap` batch is (the largest failure code over the
+    batch, `unvmap_max`): a batched callback would be unrolled into one per sample, which
+    for an ensemble is thousands of operations to compile. (Not `eqx.error_if`: under
     `jax.checking_leaks()` inside `jit` that trips JAX's leak checker.)"""
     failed = (result != RESULTS.successful) & (result != RESULTS.event_occurred)
+    code = eqxi.unvmap_max(jnp.where(failed, result, RESULTS.successful))
     jax.lax.cond(
-        eqxi.unvmap_any(failed),
-        lambda r: jax.debug.callback(_check_result, r),
-        lambda r: None,
-        result,
+        code != RESULTS.successful,
+        lambda c: jax.debug.callback(_check_result, c),
+        lambda c: None,
+        code,
     )
     return sol

@@ -221,6 +221,18 @@ def test_max_steps_reached_is_reported_with_throw_false():
     assert sol.ts[-1] < 1.0  # the state where it stopped, not t1
 
 
+def test_a_failing_sample_under_vmap_raises_and_the_check_is_one_callback():
+    # Sample 1 has ten times the horizon: it runs out of steps, sample 0 does not.
+    solve_to = lambda t1: solve(t1=t1, max_steps=20, saveat=ode.SaveAt(t1=True)).ys
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"maximum number of solver steps"):
+        jax.vmap(solve_to)(jnp.array([1.0, 10.0]))
+    # However large the batch, the failure check is one host callback, not one per sample.
+    unbatched = jax.jit(solve_to).lower(1.0).as_text()
+    for batch in (2, 64):
+        batched = jax.jit(jax.vmap(solve_to)).lower(jnp.ones(batch)).as_text()
+        assert batched.count("callback") == unbatched.count("callback")
+
+
 def test_every_result_has_a_message():
     for result in ode.RESULTS:
         assert (result == ode.RESULTS.successful) != bool(result.message)
