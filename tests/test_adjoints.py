@@ -466,35 +466,49 @@ def test_custom_jvp_field_with_symbolic_zero_tangents_under_scan():
 # --------------------------------------------------------------- memory
 
 
+def temp_bytes(n, adjoint, controller=None):
+    """XLA's temporary buffers for d sum(y(t1)^2) / d params over n steps of 10 / n (or
+    up to n adaptive steps), compiled, never run."""
+
+    def loss(p):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Tsit5(),
+            0.0,
+            10.0,
+            10.0 / n,
+            Y0,
+            p,
+            stepsize_controller=controller or ode.ConstantStepSize(),
+            adjoint=adjoint,
+            max_steps=n,
+        )
+        return jnp.sum(sol.ys[-1] ** 2)
+
+    analysis = jax.jit(jax.grad(loss)).lower(PARAMS).compile().memory_analysis()
+    if analysis is None:
+        pytest.skip("this backend gives no memory analysis")
+    return analysis.temp_size_in_bytes
+
+
 def test_checkpointed_memory_grows_sublinearly():
-    """XLA's temporary buffers for d sum(y(t1)^2) / d params, compiled, never run."""
-
-    def temp_bytes(n, adjoint):
-        def loss(p):
-            sol = ode.diffeqsolve(
-                ode.ODETerm(lotka_volterra),
-                ode.Tsit5(),
-                0.0,
-                10.0,
-                10.0 / n,
-                Y0,
-                p,
-                adjoint=adjoint,
-                max_steps=n,
-            )
-            return jnp.sum(sol.ys[-1] ** 2)
-
-        analysis = jax.jit(jax.grad(loss)).lower(PARAMS).compile().memory_analysis()
-        if analysis is None:
-            pytest.skip("this backend gives no memory analysis")
-        return analysis.temp_size_in_bytes
-
     fixed = ode.RecursiveCheckpointAdjoint(checkpoints=64)
     checkpointed = {n: temp_bytes(n, fixed) for n in (1_000, 100_000)}
     assert checkpointed[100_000] / checkpointed[1_000] < 10, checkpointed  # 100x the steps
     taped = {n: temp_bytes(n, ode.RecursiveCheckpointAdjoint()) for n in (1_000, 10_000)}
     assert taped[10_000] / taped[1_000] > 5, taped  # one state per step
     assert checkpointed[1_000] < taped[1_000]
+
+
+@pytest.mark.parametrize("controller", [None, PID], ids=["revolve", "online"])
+def test_each_checkpoint_is_stored_once(controller):
+    """An extra checkpoint costs what an extra taped state costs: one stored carry. (A
+    `cond` around a sweep that writes to the slots used to make XLA copy them.)"""
+    tape = ode.RecursiveCheckpointAdjoint()  # 2000 states fit the default budget
+    per_state = (temp_bytes(2_000, tape) - temp_bytes(1_000, tape)) / 1_000
+    few, many = (ode.RecursiveCheckpointAdjoint(checkpoints=c) for c in (40, 80))
+    per_checkpoint = (temp_bytes(1_000, many, controller) - temp_bytes(1_000, few, controller)) / 40
+    assert per_checkpoint < 1.25 * per_state, (per_checkpoint, per_state)
 
 
 # --------------------------------------------------------------- errors
