@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
+from ._batch_sum import sum_over_batch
 from ._loop import Loop, Write, apply_writes, lockstep_while, run_plain, scratch_row
 from ._schedule.online import Online
 from ._schedule.revolve import next_checkpoint
@@ -308,9 +309,12 @@ def _add(a, b):
     return jtu.tree_map(lambda x, y: x + y, a, b)
 
 
-def _add_where(active, total, term):
-    """total + term where `active`, else total: one fused pass over each leaf."""
-    return jtu.tree_map(lambda x, y: x + jnp.where(active, y, 0), total, term)
+def _accumulate(active, total, term, params):
+    """total + term where `active`, else total. Under `vmap` the term is summed over the
+    batch for the parameters the samples share (see `sum_over_batch`), so `total` stays
+    one parameter-sized array rather than one per sample."""
+    add = lambda x, y, p: x + sum_over_batch(jnp.where(active, y, 0), p)
+    return jtu.tree_map(add, total, term, params)
 
 
 def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
@@ -365,7 +369,7 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
             emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params=emit_reads_params
         )
         if emit_reads_params:
-            ct_params = _add_where(active, ct_params, dp)
+            ct_params = _accumulate(active, ct_params, dp, params_f)
         return (k - 1, dc), (ct_params, ct_bufs)
 
     def is_emit(k):
@@ -388,7 +392,7 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
         dc, dp = step_vjp(jnp.maximum(k, 0), ct_carry)
         stepping = active & (k >= 0)
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
-        return (k - 1, ct_carry), (_add_where(stepping, ct_params, dp), ct_bufs)
+        return (k - 1, ct_carry), (_accumulate(stepping, ct_params, dp, params_f), ct_bufs)
 
     def one_step(small, ct_params, active):
         k, ct_carry = small
@@ -555,8 +559,13 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
         # The two sweeps run one after the other, one of them for zero ticks, rather than
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
-        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
-        (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
+        (ct_carry, taped), ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
+        # The recomputing sweep's loop carries one parameter cotangent per sample under
+        # `vmap`, so the tape's, summed over the batch, is added after it, not into it.
+        start = (ct_carry, zero_params)
+        (ct_init, recomputed), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
+        params_f = eqx.partition(params, diff)[0]
+        ct_params = _accumulate(True, taped, recomputed, params_f)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)
     return ct_params, ct_init

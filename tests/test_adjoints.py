@@ -353,6 +353,55 @@ def test_vmap_of_grad_and_grad_of_vmap_match_per_sample():
     assert relative_error(through_vmap, expected) <= 1e-10
 
 
+def _scaled_loss(shared, scale, y0, adjoint):
+    """`shared` (the LV rates) is the same for every sample of a vmap; `scale` and `y0`
+    may be per sample. Saves at several times, so the sweeps have emits as well."""
+    field = lambda t, y, args: args[1] * lotka_volterra(t, y, args[0])
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field),
+        ode.Tsit5(),
+        0.0,
+        3.0,
+        0.1,
+        y0,
+        (shared, scale),
+        saveat=ode.SaveAt(ts=jnp.linspace(0.5, 3.0, 6)),
+        stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6),
+        adjoint=adjoint,
+        max_steps=MAX_STEPS,
+    )
+    return jnp.sum(sol.ys**2)
+
+
+@pytest.mark.parametrize("checkpoints", [None, 4], ids=["tape", "online-recompute"])
+def test_shared_parameters_under_vmap_get_the_sum_of_per_sample_gradients(checkpoints):
+    """A parameter shared by a vmap's samples gets its cotangent summed over the batch
+    inside the reverse sweep; one that is batched must not be summed. Both in one field,
+    with the sweep taping (under one and two nested vmaps) and recomputing."""
+    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
+    y0s = Y0 * jnp.array([[1.0], [1.3], [0.7], [1.1]])
+    scales = jnp.array([1.0, 0.9, 1.1, 1.05])
+    grad = jax.jit(jax.grad(lambda *a: _scaled_loss(*a, adjoint), argnums=(0, 1)))
+    per_sample = [grad(PARAMS, s, y0) for s, y0 in zip(scales, y0s)]
+    want_shared = sum(g[0] for g in per_sample)
+    want_scales = jnp.stack([g[1] for g in per_sample])
+
+    def batch_loss(shared, scales, y0s):
+        losses = jax.vmap(_scaled_loss, (None, 0, 0, None))(shared, scales, y0s, adjoint)
+        return jnp.sum(losses)
+
+    def nested_loss(shared, scales, y0s):
+        inner = jax.vmap(_scaled_loss, (None, 0, 0, None))
+        outer = jax.vmap(inner, (None, 0, 0, None))
+        return jnp.sum(outer(shared, scales.reshape(2, 2), y0s.reshape(2, 2, 2), adjoint))
+
+    # Nested vmaps on the taping sweep only: the recomputing one compiles slowly.
+    for loss in (batch_loss, nested_loss) if checkpoints is None else (batch_loss,):
+        shared, by_sample = jax.jit(jax.grad(loss, argnums=(0, 1)))(PARAMS, scales, y0s)
+        assert relative_error(shared, want_shared) <= 1e-10, loss.__name__
+        assert relative_error(by_sample, want_scales) <= 1e-10, loss.__name__
+
+
 # --------------------------------------------------------------- forward mode, Hessians
 
 JAC_TS = jnp.array([1.0, 2.0])
