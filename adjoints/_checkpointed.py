@@ -26,7 +26,7 @@ import jax.tree_util as jtu
 from jax import lax
 
 from ._batch_sum import sum_over_batch
-from ._loop import Loop, Write, apply_writes, lockstep_while, run_plain, scratch_row
+from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
 from ._schedule.online import Online
 from ._schedule.revolve import next_checkpoint
 from ._schedule.tape import Tape
@@ -112,7 +112,8 @@ def _forward(loop, schedule, params, init, buffers):
         k, carry, prev, slot_index, sched = small
         slots, decisions = large
         slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
-        new = select(active, loop.body(params, carry), carry)
+        step = lambda: loop.body(params, carry)
+        new = select(active, if_any(active, step, lambda: carry) if batched else step(), carry)
         prev = None if taping else select(active, carry, prev)
         decisions = decide(decisions, k, new, active)
         return (k + active.astype(jnp.int32), new, prev, slot_index, sched), (slots, decisions)
@@ -389,8 +390,12 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
             large,
             True,
         )
-        dc, dp = step_vjp(jnp.maximum(k, 0), ct_carry)
         stepping = active & (k >= 0)
+        dc, dp = if_any(
+            stepping,
+            lambda: step_vjp(jnp.maximum(k, 0), ct_carry),
+            lambda: (ct_carry, jtu.tree_map(jnp.zeros_like, params_f)),
+        )
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
         return (k - 1, ct_carry), (_accumulate(stepping, ct_params, dp, params_f), ct_bufs)
 

@@ -158,6 +158,14 @@ def lockstep_while(
     return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
+def if_any(active, fn: Callable, otherwise: Callable):
+    """`fn()` where `active`, else `otherwise()`, for a batched `active` under `vmap`:
+    `fn` runs only when some sample is active. Each round of a lockstep loop ends with a
+    step; the last round, which only emits, would otherwise pay for a whole step (a
+    quarter more field evaluations for a solve of four steps)."""
+    return lax.cond(eqxi.unvmap_any(active), fn, otherwise)
+
+
 def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
     """Run `loop` with `lax.while_loop`s: forward mode (jvp) works, reverse mode does not."""
 
@@ -183,7 +191,7 @@ def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, 
             lambda c, b: loop.pending(c), lambda c, b, a: emit_tick(c, b, a & active), carry, bufs
         )
         step = steps_cond(carry) & active
-        new = steps_body(carry)
+        new = if_any(step, lambda: steps_body(carry), lambda: carry)
         return jtu.tree_map(lambda a, b: jnp.where(step, a, b), new, carry), bufs
 
     batched = loop.batch_size > 1

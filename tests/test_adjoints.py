@@ -615,7 +615,10 @@ def test_batched_outputs_and_gradients_match_per_sample_with_every_output():
     batched = jax.jit(jax.vmap(outputs))(batch)
     grads = jax.jit(jax.vmap(jax.grad(loss)))(batch)
     one_outputs, one_grad = jax.jit(outputs), jax.jit(jax.grad(loss))
+    # Equal up to rounding: the batched loop steps inside a `cond` (skipped in a round
+    # where no sample steps), which XLA compiles and rounds a little differently. (The
+    # gradients came out equal to the last bit here.)
     for i, p in enumerate(batch):
         for got, want in zip(batched, one_outputs(p)):
-            np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(got[i], want, rtol=5e-9, atol=1e-10)  # 6e-10 seen
         assert relative_error(grads[i], one_grad(p)) <= 1e-10
