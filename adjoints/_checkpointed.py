@@ -473,21 +473,26 @@ def _reverse_recompute(
             carry = loop.replay(carry, decisions[index + 1])
         return carry, index + 1
 
-    def reverse(args):
-        carry, ct_carry, ct_params, ct_bufs = args
-        dp, dc, ct_bufs = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
-        return carry, dc, _add(ct_params, dp), ct_bufs
+    params_f = eqx.partition(params, diff)[0]
+    zero_params = jtu.tree_map(jnp.zeros_like, params_f)
 
-    def body(state):
-        target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs = state
+    def body(small, large, active):
+        target, index, carry, nxt, slot_index, ct_carry = small
+        slots, ct_params, ct_bufs = large
         stop = jnp.minimum(nxt, target)
         carry, index = lax.while_loop(lambda s: s[1] < stop, lambda s: tick(s), (carry, index))
-        reversing = index == target
-        carry, ct_carry, ct_params, ct_bufs = lax.cond(
-            reversing, reverse, lambda a: a, (carry, ct_carry, ct_params, ct_bufs)
+        reversing = (index == target) & active
+        dp, ct_carry, ct_bufs = lax.cond(
+            reversing,
+            lambda c, b: _tick_vjp(loop, params, carry, scratch, c, b, diff),
+            lambda c, b: (zero_params, c, b),
+            ct_carry,
+            ct_bufs,
         )
+        # Added outside the `cond`, and summed over a vmap batch for shared parameters.
+        ct_params = _accumulate(reversing, ct_params, dp, params_f)
         # Stopped short of the target: keep this state in a free slot.
-        store = ~reversing
+        store = ~reversing & active
         free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
         slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
         slot_index = jnp.where(store, slot_index.at[free_slot].set(index), slot_index)
@@ -506,23 +511,20 @@ def _reverse_recompute(
             lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
             lambda: target,
         )
-        return (target, index, carry, nxt, slots, slot_index, ct_carry, ct_params, ct_bufs)
+        return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
 
-    # Start at the last tick, whose carry the forward sweep kept.
-    target = jnp.where(enabled, n - 1, -1)
-    state = (
-        target,
-        n - 1,
-        sweep.last,
-        n - 1,
-        slots,
-        slot_index,
-        ct_final,
-        ct_params,
-        ct_buffers,
+    # Start at the last tick, whose carry the forward sweep kept. Under `vmap` the samples
+    # go in lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
+    # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
+    small = (jnp.where(enabled, n - 1, -1), n - 1, sweep.last, n - 1, slot_index, ct_final)
+    small, (_, ct_params, ct_buffers) = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        lambda s, b, a: body(s, b, a),
+        small,
+        (slots, ct_params, ct_buffers),
+        loop.batch_size > 1,
     )
-    out = lax.while_loop(lambda s: s[0] >= 0, lambda s: body(s), state)
-    return (out[6], out[7]), out[8]
+    return (small[5], ct_params), ct_buffers
 
 
 # ------------------------------------------------------------------ the custom VJP
