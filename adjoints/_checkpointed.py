@@ -566,13 +566,8 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
         # The two sweeps run one after the other, one of them for zero ticks, rather than
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
-        (ct_carry, taped), ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
-        # The recomputing sweep's loop carries one parameter cotangent per sample under
-        # `vmap`, so the tape's, summed over the batch, is added after it, not into it.
-        start = (ct_carry, zero_params)
-        (ct_init, recomputed), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
-        params_f = eqx.partition(params, diff)[0]
-        ct_params = _accumulate(True, taped, recomputed, params_f)
+        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
+        (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)
     return ct_params, ct_init
