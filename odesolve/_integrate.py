@@ -136,8 +136,7 @@ class State(eqx.Module):
     made_jump: Any  # the last accepted step ended on a jump time (None: no jump_ts)
     controller_state: Any
     num_steps: Any
-    num_accepted: Any
-    num_rejected: Any
+    num_accepted: Any  # rejected steps: num_steps - num_accepted
     result: Any
     row: Any
     ts_index: Any
@@ -228,7 +227,6 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         controller_state=proposal.state,
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
-        num_rejected=state.num_rejected + (1 - accepted),
         result=jnp.where(state.result == RESULTS.successful, result, state.result),
         row=_interp_row(config, state, step) if config.carries_row else None,
         ts_index=state.ts_index,
@@ -272,8 +270,9 @@ def _report_progress(config, params, state, t_new):
 
 
 def _interp_row(config, state, step):
-    stages = jnp.stack([step.stages[i] for i in config.interp_stages])
-    return (state.t, state.y, stages)
+    # A tuple, not a stacked (s, n) array: stacking would copy every stage once more on
+    # every step, and the row is read only when output is due.
+    return (state.t, state.y, tuple(step.stages[i] for i in config.interp_stages))
 
 
 def _pending(state: State):
@@ -329,7 +328,7 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
         due = state.dense_due
         t0, y0, stages = state.row
         row = jnp.where(due, state.dense_row, config.max_steps)
-        writes.append(Write(row, (t0, state.t, y0, stages)))
+        writes.append(Write(row, (t0, state.t, y0, jnp.stack(stages))))
         updates.update(
             dense_row=state.dense_row + due.astype(jnp.int32), dense_due=jnp.zeros_like(due)
         )
@@ -379,8 +378,7 @@ def _buffers(config, params, time_dtype):
 
 
 def _empty_row(config, params, y0):
-    stages = jnp.zeros((len(config.interp_stages), y0.shape[0]), y0.dtype)
-    return (params.t_start, y0, stages)
+    return (params.t_start, y0, tuple(jnp.zeros_like(y0) for _ in config.interp_stages))
 
 
 def _initial_state(config, params, y0, dt0, initial_result, meter_last):
@@ -414,7 +412,6 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
         controller_state=controller_state,
         num_steps=zero,
         num_accepted=zero,
-        num_rejected=zero,
         result=jnp.asarray(result, jnp.int32),
         row=_empty_row(config, params, y0) if config.carries_row else None,
         ts_index=zero if has_ts else None,
@@ -731,7 +728,7 @@ def _solve(
     stats = {
         "num_steps": final.num_steps,
         "num_accepted_steps": final.num_accepted,
-        "num_rejected_steps": final.num_rejected,
+        "num_rejected_steps": final.num_steps - final.num_accepted,
         "max_steps": max_steps,
     }
     if config.event is not None:

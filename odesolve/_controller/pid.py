@@ -103,8 +103,22 @@ class PIDController(AbstractStepSizeController):
         if self.dtmax is not None:
             dt0 = jnp.minimum(dt0, self.dtmax)
         one = jnp.ones((), jnp.result_type(t0))
-        state = (one, one, jnp.asarray(False))
+        # Only the history the filter reads is carried: an I controller (the default)
+        # carries none, which is two fewer selects on every step.
+        uses_prev, uses_prevprev = self._uses_history()
+        state = (
+            one if uses_prev else None,
+            one if uses_prevprev else None,
+            jnp.asarray(False) if self.dtmin is not None else None,
+        )
         return self._clip_to_ts(t0, t0 + dt0), state
+
+    def _uses_history(self) -> tuple[bool, bool]:
+        """Whether the filter reads e_{n-1} and e_{n-2} (static: coefficients that are
+        arrays count as nonzero)."""
+        uses_prevprev = not _is_zero(self.dcoeff)
+        uses_prev = uses_prevprev or not _is_zero(self.pcoeff)
+        return uses_prev, uses_prevprev
 
     def _initial_step(self, vf, t0, y0, k0, args, q, spec):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
@@ -163,8 +177,8 @@ class PIDController(AbstractStepSizeController):
         # An error of 0 or inf says nothing about the next step: forget it.
         inv = jnp.where((inv == 0) | jnp.isinf(inv), 1, inv)
         state = (
-            jnp.where(accept, inv, inv_prev),
-            jnp.where(accept, inv_prev, inv_prevprev),
+            None if inv_prev is None else jnp.where(accept, inv, inv_prev),
+            None if inv_prevprev is None else jnp.where(accept, inv_prev, inv_prevprev),
             at_dtmin,
         )
         return Proposal(accept, self._clip_to_ts(start, start + dt), state, result)
@@ -174,9 +188,9 @@ class PIDController(AbstractStepSizeController):
         c2 = -(self.pcoeff + 2 * self.dcoeff) / q
         c3 = self.dcoeff / q
         factor = 1 if _is_zero(c1) else inv**c1
-        if not _is_zero(c2):
+        if inv_prev is not None:
             factor = factor * inv_prev**c2
-        if not _is_zero(c3):
+        if inv_prevprev is not None:
             factor = factor * inv_prevprev**c3
         return jnp.asarray(factor, dtype=jnp.result_type(inv))
 
