@@ -5,8 +5,10 @@ nothing here knows about ODEs.
 
 Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition number):
 
-- taping (checkpoints >= n): n |c| bytes; each reverse tick costs one VJP, which
-  evaluates the tick once more inside it, and nothing is recomputed.
+- taping (checkpoints >= n): n max(|c|, |r|) bytes, |r| a step's residuals (for an ODE
+  step, a few vectors per stage: the field is linearised again from each stage's input
+  rather than storing its intermediate values); each reverse step applies its stored
+  pullback, and no step is evaluated again.
 - binomial, s slots (n known): s |c| bytes; t n - beta(s + 1, t - 1) ticks are
   recomputed in all (Griewank), plus the VJPs.
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
@@ -29,6 +31,7 @@ from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
+from ._residuals import tape_rows
 from ._schedule import Online, Revolve, Tape
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
@@ -76,12 +79,21 @@ def carry_bytes(init: Any) -> int:
     return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
+def tape_row_bytes(loop: Loop, params: Any, init: Any) -> int:
+    """Bytes per tick of a tape: the larger of a state and a step's residuals (every
+    float parameter taken as differentiated, an upper bound)."""
+    diff = jtu.tree_map(lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact), params)
+    _, rows = tape_rows(loop, params, diff, init)
+    return rows.float_width * jnp.dtype(rows.float_dtype).itemsize + rows.int_width * 4
+
+
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
     """Discretise-then-optimise reverse mode: exact gradients of the computed solution.
 
     - `checkpoints`: number of loop states kept for the reverse sweep. None (default):
-      keep every state when they fit in `memory_budget` bytes (taping: no recomputation),
-      otherwise as many as fit. With a known number of steps (`ConstantStepSize` with
+      tape every step (its residuals: no recomputation) when the tape fits in
+      `memory_budget` bytes, otherwise keep as many states as fit. A count of at least
+      the loop's bound tapes. With a known number of steps (`ConstantStepSize` with
       concrete times, `StepTo`) states are placed by Griewank's binomial rule (optimal);
       otherwise by online thinning, which behaves as taping for as long as the states
       taken so far fit.
@@ -101,12 +113,16 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 "least 2 (or None to choose from memory_budget)."
             )
 
-    def schedule(self, loop: Loop, init: Any):
-        """The checkpoint schedule this adjoint uses for `loop`."""
+    def schedule(self, loop: Loop, init: Any, params: Any = None):
+        """The checkpoint schedule this adjoint uses for `loop`. With `params`, taping is
+        sized by its rows (a step's residuals, or a state, whichever is larger)."""
         bound = num_ticks_bound(loop)
         slots = self.checkpoints
         if slots is None:
             per_solve = self.memory_budget // max(loop.batch_size, 1)
+            per_tick = carry_bytes(init) if params is None else tape_row_bytes(loop, params, init)
+            if per_solve // max(per_tick, 1) >= bound:
+                return Tape(bound)
             slots = max(2, per_solve // max(carry_bytes(init), 1))
         if slots >= bound:
             return Tape(bound)
@@ -115,7 +131,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return Online(slots)
 
     def run_loop(self, loop, params, init, buffers):
-        return checkpointed_loop(loop, self.schedule(loop, init), params, init, buffers)
+        schedule = self.schedule(loop, init, params)
+        return checkpointed_loop(loop, schedule, params, init, buffers)
 
 
 class BacksolveAdjoint(AbstractAdjoint):

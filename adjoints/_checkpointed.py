@@ -15,7 +15,6 @@ Symbolic zeros: an output that was not differentiated arrives as `None` and beco
 integer and boolean leaves of the carry are never differentiated.
 """
 
-import math
 from typing import Any
 
 import equinox as eqx
@@ -27,6 +26,8 @@ from jax import lax
 
 from ._batch_sum import sum_over_batch
 from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
+from ._packing import Packing
+from ._residuals import linearise, tape_rows
 from ._schedule.online import Online
 from ._schedule.revolve import next_checkpoint
 from ._schedule.tape import Tape
@@ -63,20 +64,24 @@ def num_ticks_bound(loop: Loop) -> int:
 # --------------------------------------------------------------------------- forward
 
 
-def _forward(loop, schedule, params, init, buffers):
+def _forward(loop, schedule, params, diff, init, buffers):
     """Run the loop, storing carries per `schedule`. Returns the final carry, the buffers
     and a `_Sweep`. Its `last` is the carry before the last tick: revolve's first
     "youturn" starts from it, so the last stretch of the sweep is not recomputed.
 
+    Taping (`Tape`) stores each step's residuals instead of the carry before it (see
+    `_residuals`), and the carry before each emit.
+
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
-    packing = _Packing.of(init)
+    packing = Packing.of(init)
     batched = loop.batch_size > 1
+    taping = isinstance(schedule, Tape)
+    layout, rows = tape_rows(loop, params, diff, init) if taping else (None, None)
     # One extra row: a state that is not kept is written there, so that storing is a
     # plain row write every tick rather than a branch carrying all the slots.
-    slots = packing.empty(schedule.slots + 1)
+    slots = (rows or packing).empty(schedule.slots + 1)
     slot_index = jnp.full((schedule.slots,), -1, jnp.int32)
-    taping = isinstance(schedule, Tape)
     replaying = loop.decision is not None and not taping
     decisions = _decision_tape(loop, init, num_ticks_bound(loop)) if replaying else None
 
@@ -94,9 +99,10 @@ def _forward(loop, schedule, params, init, buffers):
         `vmap`, become a select that copies every slot of every sample.)"""
         store, slot, new_index, new_sched = schedule.store(k, sched, slot_index)
         store = store & active
-        slots = _put(slots, jnp.where(store, slot, schedule.slots), carry, packing)
         if taping:  # every state, at row k
-            return slots, slot_index, sched
+            row = jnp.where(active, k, schedule.slots)
+            return rows.put(slots, row, rows.carry_row(carry)), slot_index, sched
+        slots = _put(slots, jnp.where(store, slot, schedule.slots), carry, packing)
         new_index = jnp.where(store, new_index.at[slot].set(k), new_index)
         slot_index = jnp.where(active, new_index, slot_index)
         sched = jnp.where(active, new_sched, sched)
@@ -108,12 +114,27 @@ def _forward(loop, schedule, params, init, buffers):
     def select(active, new, old):
         return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
+    def taped_step(k, carry, slots, active):
+        """One step, storing its residuals at row k."""
+
+        def step():
+            new, pullback = linearise(loop, params, diff, carry)
+            return new, rows.residual_row(layout.taped(pullback))
+
+        skip = lambda: (carry, rows.empty_residual_row())
+        new, row = if_any(active, step, skip) if batched else step()
+        return new, rows.put(slots, jnp.where(active, k, schedule.slots), row)
+
     def step_tick(small, large, active):
         k, carry, prev, slot_index, sched = small
         slots, decisions = large
-        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
-        step = lambda: loop.body(params, carry)
-        new = select(active, if_any(active, step, lambda: carry) if batched else step(), carry)
+        if taping:
+            new, slots = taped_step(k, carry, slots, active)
+        else:
+            slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
+            step = lambda: loop.body(params, carry)
+            new = if_any(active, step, lambda: carry) if batched else step()
+        new = select(active, new, carry)
         prev = None if taping else select(active, carry, prev)
         decisions = decide(decisions, k, new, active)
         return (k + active.astype(jnp.int32), new, prev, slot_index, sched), (slots, decisions)
@@ -187,60 +208,6 @@ class _Sweep(eqx.Module):
 def _decision_tape(loop, init, bound):
     shape = jax.eval_shape(loop.decision, init)
     return jnp.zeros((bound + 1, *shape.shape), shape.dtype)
-
-
-class _Packing(eqx.Module):
-    """Stores a carry as two flat rows, one float and one int32, so that saving a state
-    is two row writes instead of one per leaf (which matters per tick on XLA:CPU)."""
-
-    treedef: Any = eqx.field(static=True)
-    shapes: tuple = eqx.field(static=True)
-    dtypes: tuple = eqx.field(static=True)
-    float_dtype: Any = eqx.field(static=True)
-
-    @staticmethod
-    def of(carry):
-        leaves, treedef = jtu.tree_flatten(jax.eval_shape(lambda: carry))
-        floats = [x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
-        float_dtype = jnp.result_type(*floats) if floats else jnp.float32
-        return _Packing(
-            treedef,
-            tuple(x.shape for x in leaves),
-            tuple(x.dtype for x in leaves),
-            float_dtype,
-        )
-
-    def _is_float(self, dtype):
-        return jnp.issubdtype(dtype, jnp.inexact)
-
-    def sizes(self):
-        f = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if self._is_float(d))
-        i = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d))
-        return f, i
-
-    def pack(self, carry):
-        leaves = jtu.tree_leaves(carry)
-        floats = [jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)]
-        ints = [jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)]
-        cat = lambda xs, d: jnp.concatenate(xs) if xs else jnp.zeros((0,), d)
-        return cat(floats, self.float_dtype), cat(ints, jnp.int32)
-
-    def unpack(self, row):
-        floats, ints = row
-        leaves, fi, ii = [], 0, 0
-        for shape, dtype in zip(self.shapes, self.dtypes):
-            size = math.prod(shape)
-            if self._is_float(dtype):
-                leaves.append(floats[fi : fi + size].reshape(shape).astype(dtype))
-                fi += size
-            else:
-                leaves.append(ints[ii : ii + size].reshape(shape).astype(dtype))
-                ii += size
-        return jtu.tree_unflatten(self.treedef, leaves)
-
-    def empty(self, n):
-        f, i = self.sizes()
-        return jnp.zeros((n, f), self.float_dtype), jnp.zeros((n, i), jnp.int32)
 
 
 def _put(slots, i, carry, packing):
@@ -332,39 +299,56 @@ def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
-def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True):
-    """Every carry is stored: reverse tick by tick, no recomputation. `start` holds the
+def _reverse_tape(
+    loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True, rows=None
+):
+    """Every tick is on the tape: reverse tick by tick, no recomputation. `start` holds the
     cotangents (of the final carry, of the parameters so far) to begin from; when not
     `enabled` no tick runs and they come back unchanged. Returns those of (the initial
     carry, the parameters) and what is left of the output cotangents.
 
+    `rows`: (layout, `TapeRows`) when the tape holds each step's residuals (the `Tape`
+    schedule): a step's VJP is then its stored pullback applied, with no evaluation of
+    the step. None when it holds the carry before each tick (online checkpointing that
+    never had to thin): a step's VJP then linearises the step again.
+
     Each iteration reverses the run of emits that follows a step (an inner loop touching
     only the output cotangents), then the step. Organised by steps rather than by emits
     so that under `vmap`, where the samples move in lockstep, the expensive tick (a
-    step's VJP) runs once per step of the slowest sample, not once per tick of any kind.
-
-    Every step takes one and the same VJP, of all its outputs. (A "lean" VJP leaving out
-    what only an emit reads, for a step followed by a step, was measured no faster, and
-    a second linearised step costs a third of the compile time.)"""
+    step's VJP) runs once per step of the slowest sample, not once per tick of any kind."""
     params_f, params_s = eqx.partition(params, diff)
     n, slots = sweep.n, sweep.slots
     ct_final, ct_params = start
     batched = loop.batch_size > 1
-    example_f, example_s = _split(_get(slots, 0, packing))
+
+    if rows is None:
+        carry_at = lambda k: _get(slots, k, packing)
+        is_carry = lambda k: loop.pending(carry_at(k))
+
+        def step_vjp(k, ct_carry):
+            carry_f, carry_s = _split(carry_at(k))
+            _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
+            dp, dc = pullback(ct_carry)
+            return dc, dp
+
+    else:
+        layout, tape = rows
+        carry_at = lambda k: tape.carry(slots, k)
+        is_carry = lambda k: tape.is_carry(slots, k)
+
+        def step_vjp(k, ct_carry):
+            dp, dc = layout.rebuild(tape.residuals(slots, k), params)(ct_carry)
+            return dc, dp
+
+    example_f, example_s = _split(carry_at(0))
     emit_reads_params = any(
         _read_leaves(_emit_fn(loop, params_s, example_s), params_f, example_f)[0]
     )
 
-    def step_vjp(k, ct_carry):
-        carry_f, carry_s = _split(_get(slots, k, packing))
-        _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
-        dp, dc = pullback(ct_carry)
-        return dc, dp
-
     def emit_tick(small, large, active):
         k, ct_carry = small
         ct_params, ct_bufs = large
-        carry_f, carry_s = _split(_get(slots, k, packing))
+        carry_f, carry_s = _split(carry_at(k))
         emit = _emit_fn(loop, params_s, carry_s)
         dp, dc, ct_bufs = _emit_vjp(
             emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params=emit_reads_params
@@ -374,10 +358,10 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
         return (k - 1, dc), (ct_params, ct_bufs)
 
     def is_emit(k):
-        return (k >= 0) & loop.pending(_get(slots, jnp.maximum(k, 0), packing))
+        return (k >= 0) & is_carry(jnp.maximum(k, 0))
 
     def is_step(k):
-        return (k >= 0) & ~loop.pending(_get(slots, jnp.maximum(k, 0), packing))
+        return (k >= 0) & ~is_carry(jnp.maximum(k, 0))
 
     # The parameter cotangent is accumulated outside every `cond`: under `vmap` it is one
     # array per sample (a whole network's worth), which a `cond` would copy.
@@ -399,20 +383,41 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, scratch, packing
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
         return (k - 1, ct_carry), (_accumulate(stepping, ct_params, dp, params_f), ct_bufs)
 
-    def one_step(small, ct_params, active):
-        k, ct_carry = small
-        dc, dp = step_vjp(k, ct_carry)
-        return (k - 1, dc), _add(ct_params, dp)
+    # Carry leaves a step reads: only their cotangents change along a run of steps. The
+    # others' (an interpolation row, which only an emit reads) enter the run's first
+    # step and are zero after it; carrying them through the run would rewrite them with
+    # zeros every step, which XLA does with a copy per leaf.
+    live = _read_leaves(_step_fn(loop, params_s, example_s), params_f, example_f)[1]
+    ct_live = lambda ct: tuple(c for c, r in zip(jtu.tree_leaves(ct), live) if r)
+
+    def with_live(ct, values):
+        leaves, treedef = jtu.tree_flatten(ct)
+        values = iter(values)
+        return jtu.tree_unflatten(treedef, [next(values) if r else c for c, r in zip(leaves, live)])
 
     def steps_then_emit(small, large, active):
         """Unbatched: the run of steps before an emit in a tight inner loop, then the
         emit."""
         ct_params, ct_bufs = large
-        small, ct_params = lockstep_while(
-            lambda s, p: is_step(s[0]), one_step, small, ct_params, False
+        first, ct_carry = small
+
+        def one_step(k, values, ct_params):
+            zero_unless_first = lambda c: jnp.where(k == first, c, jnp.zeros_like(c))
+            ct = with_live(jtu.tree_map(zero_unless_first, ct_carry), values)
+            dc, dp = step_vjp(k, ct)
+            return (k - 1, ct_live(dc)), _add(ct_params, dp)
+
+        (k, values), ct_params = lockstep_while(
+            lambda s, p: is_step(s[0]),
+            lambda s, p, a: one_step(*s, p),
+            (first, ct_live(ct_carry)),
+            ct_params,
+            False,
         )
+        stepped = lambda c: jnp.where(k < first, jnp.zeros_like(c), c)
+        small = (k, with_live(jtu.tree_map(stepped, ct_carry), values))
         return lax.cond(
-            small[0] >= 0,
+            k >= 0,
             lambda: emit_tick(small, (ct_params, ct_bufs), jnp.asarray(True)),
             lambda: (small, (ct_params, ct_bufs)),
         )
@@ -539,8 +544,16 @@ def _differentiable_loop(params_and_init, buffers, *, loop, schedule):
 @_differentiable_loop.def_fwd
 def _fwd(perturbed, params_and_init, buffers, *, loop, schedule):
     params, init = params_and_init
-    final, buffers, sweep = _forward(loop, schedule, params, init, buffers)
+    final, buffers, sweep = _forward(
+        loop, schedule, params, _diff(perturbed, params), init, buffers
+    )
     return (final, buffers), sweep
+
+
+def _diff(perturbed, params):
+    """Which parameter leaves are differentiated: a parameter that is not (save times, the
+    controller's tolerances) would otherwise get a cotangent accumulated every step."""
+    return jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
 
 
 @_differentiable_loop.def_bwd
@@ -551,15 +564,14 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule
     ct_final = _split(_materialise(ct_final, final_shape))[0]  # float leaves only
     ct_buffers = _materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     scratch = scratch_writes(buffers)
-    # Only the inputs being differentiated: a parameter that is not (save times, the
-    # controller's tolerances) would otherwise get a cotangent accumulated every step.
-    diff = jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
+    diff = _diff(perturbed, params)
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     start = (ct_final, zero_params)
     fixed = (loop, params, diff, sweep)
-    rest = (scratch, _Packing.of(init))
+    rest = (scratch, Packing.of(init))
     if isinstance(schedule, Tape):
-        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, *rest)
+        rows = tape_rows(loop, params, diff, init)
+        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, *rest, rows=rows)
     elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.

@@ -176,13 +176,32 @@ def _start_derivative(config, params, state):
     return jax.lax.cond(state.made_jump, lambda: vf(state.t, state.y, args), lambda: state.k0)
 
 
+def _rematerialised(vf):
+    """The field as a step uses it: reverse mode keeps each stage's input rather than the
+    field's intermediate values, and linearises the field again stage by stage when it
+    reverses the step (a step's residuals are then a few vectors per stage however large
+    the field is; see `adjoints._residuals`). No effect on the forward solve."""
+    arrays, static = eqx.partition(vf, eqx.is_array)
+    # A fresh function each trace: one closing over `vf` (tracers) would be unhashable.
+    call = lambda arrays, t, y, args: eqx.combine(arrays, static)(t, y, args)
+    checkpointed = jax.checkpoint(call, prevent_cse=False)
+    return lambda t, y, args: checkpointed(arrays, t, y, args)
+
+
 def _step(config: _Config, params: _Params, state: State) -> State:
     t0, t1 = state.t, state.t_next
     k0 = _start_derivative(config, params, state)
     # Implicit solvers take their Newton tolerances from the controller (see StepContext).
     context = StepContext(params.controller.tolerances(), params.direction, config.spec)
     step = config.solver.step(
-        params.vf, t0, t1 - t0, state.y, k0, params.args, config.needs_error, context
+        _rematerialised(params.vf),
+        t0,
+        t1 - t0,
+        state.y,
+        k0,
+        params.args,
+        config.needs_error,
+        context,
     )
     proposal = params.controller.adapt(
         t0,

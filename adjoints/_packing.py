@@ -1,0 +1,67 @@
+"""A PyTree stored as two flat rows, one float and one int32.
+
+Saving a state (or a step's residuals) per tick is then two row writes, however many
+leaves it has: a write per leaf would cost an operation per leaf per tick on XLA:CPU.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+
+class Packing(eqx.Module):
+    """Stores a carry as two flat rows, one float and one int32, so that saving a state
+    is two row writes instead of one per leaf (which matters per tick on XLA:CPU)."""
+
+    treedef: Any = eqx.field(static=True)
+    shapes: tuple = eqx.field(static=True)
+    dtypes: tuple = eqx.field(static=True)
+    float_dtype: Any = eqx.field(static=True)
+
+    @staticmethod
+    def of(carry):
+        leaves, treedef = jtu.tree_flatten(jax.eval_shape(lambda: carry))
+        floats = [x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
+        float_dtype = jnp.result_type(*floats) if floats else jnp.float32
+        return Packing(
+            treedef,
+            tuple(x.shape for x in leaves),
+            tuple(x.dtype for x in leaves),
+            float_dtype,
+        )
+
+    def _is_float(self, dtype):
+        return jnp.issubdtype(dtype, jnp.inexact)
+
+    def sizes(self):
+        f = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if self._is_float(d))
+        i = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d))
+        return f, i
+
+    def pack(self, carry):
+        leaves = jtu.tree_leaves(carry)
+        floats = [jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)]
+        ints = [jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)]
+        cat = lambda xs, d: jnp.concatenate(xs) if xs else jnp.zeros((0,), d)
+        return cat(floats, self.float_dtype), cat(ints, jnp.int32)
+
+    def unpack(self, row):
+        floats, ints = row
+        leaves, fi, ii = [], 0, 0
+        for shape, dtype in zip(self.shapes, self.dtypes):
+            size = math.prod(shape)
+            if self._is_float(dtype):
+                leaves.append(floats[fi : fi + size].reshape(shape).astype(dtype))
+                fi += size
+            else:
+                leaves.append(ints[ii : ii + size].reshape(shape).astype(dtype))
+                ii += size
+        return jtu.tree_unflatten(self.treedef, leaves)
+
+    def empty(self, n):
+        f, i = self.sizes()
+        return jnp.zeros((n, f), self.float_dtype), jnp.zeros((n, i), jnp.int32)

@@ -1,0 +1,158 @@
+"""Taping a step's linearisation: the residuals of its VJP, stored step by step.
+
+`jax.vjp` splits a step into a forward part, which produces the step's output and the
+*residuals* (the intermediate values the transposed step needs), and a pullback that
+applies the transpose to them. Taping the residuals rather than the state before the step
+means the reverse sweep applies only the transpose: the step is never evaluated again.
+This is what `lax.scan` does under `grad`.
+
+A pullback is a PyTree whose leaves are its residuals. Some of them are the same on every
+step and are not stored:
+- the loop's parameters themselves (a weight matrix that a layer's transpose multiplies
+  by): taken from the parameters again in the reverse sweep;
+- constants (concrete arrays made while tracing): taken from a fresh trace of the step.
+The rest are packed into one float row and one int32 row per step (see `Packing`).
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.tree_util as jtu
+
+from ._packing import Packing
+
+_TAPED, _PARAM, _CONST = "taped", "param", "const"
+
+
+def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
+    """One step of `loop` from `carry`, and its pullback: a function of the cotangent of
+    the new carry's float leaves giving those of (the differentiated parameters, the
+    carry's float leaves). `diff`: which parameter leaves are differentiated."""
+    params_f, params_s = eqx.partition(params, diff)
+    carry_f, carry_s = eqx.partition(carry, _is_float)
+
+    def step(pf, cf):
+        new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return eqx.partition(new, _is_float)
+
+    new_f, pullback, new_s = jax.vjp(step, params_f, carry_f, has_aux=True)
+    return eqx.combine(new_f, new_s), pullback
+
+
+def _is_float(x: Any) -> bool:
+    return eqx.is_array(x) and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
+
+
+class Layout:
+    """Which leaves of a step's pullback are taped, and how to put it back together.
+
+    Built at trace time from one traced pullback; the forward and the reverse sweep each
+    build their own from the same step, so both agree on the order of the taped leaves.
+    """
+
+    def __init__(self, pullback: Any, params: Any):
+        leaves, self.treedef = jtu.tree_flatten(pullback)
+        param_leaves = jtu.tree_leaves(params)
+        self.kinds, self.consts = [], []
+        taped = []
+        for leaf in leaves:
+            where = [i for i, p in enumerate(param_leaves) if leaf is p]
+            if where:
+                self.kinds.append((_PARAM, where[0]))
+            elif not isinstance(leaf, jax.core.Tracer):
+                self.kinds.append((_CONST, len(self.consts)))
+                self.consts.append(leaf)
+            else:
+                self.kinds.append((_TAPED, len(taped)))
+                taped.append(leaf)
+        self.packing = Packing.of(tuple(taped))
+
+    def taped(self, pullback: Any) -> tuple:
+        """The leaves of `pullback` (traced like the one this layout was built from) to
+        store."""
+        leaves = jtu.tree_leaves(pullback)
+        return tuple(x for x, (kind, _) in zip(leaves, self.kinds) if kind == _TAPED)
+
+    def rebuild(self, taped: tuple, params: Any) -> Any:
+        """The pullback, from its stored leaves and the loop's parameters."""
+        param_leaves = jtu.tree_leaves(params)
+        sources = {_TAPED: taped, _PARAM: param_leaves, _CONST: self.consts}
+        leaves = [sources[kind][i] for kind, i in self.kinds]
+        return jtu.tree_unflatten(self.treedef, leaves)
+
+
+def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
+    """The layout of one step's pullback. Traced abstractly (`eqx.filter_eval_shape`): the step
+    is not evaluated, so a field with side effects (a callback) does not run for it."""
+    found = []
+
+    def trace(params, carry):
+        _, pullback = linearise(loop, params, diff, carry)
+        found.append(Layout(pullback, params))
+
+    eqx.filter_eval_shape(trace, params, carry)
+    return found[0]
+
+
+class TapeRows:
+    """The taping sweep's rows: tick k's row holds the residuals of step k, or, for an
+    emit, the carry before it (an emit is not linearised ahead: its VJP reads and clears
+    output cotangents). Column 0 of the int row says which (1: a carry)."""
+
+    def __init__(self, carry: Packing, residuals: Packing):
+        self.carry_packing, self.residual_packing = carry, residuals
+        (cf, ci), (rf, ri) = carry.sizes(), residuals.sizes()
+        self.float_width = max(cf, rf)
+        self.int_width = 1 + max(ci, ri)
+        self.float_dtype = jax.numpy.result_type(carry.float_dtype, residuals.float_dtype)
+
+    def empty(self, n: int) -> tuple:
+        jnp = jax.numpy
+        return (
+            jnp.zeros((n, self.float_width), self.float_dtype),
+            jnp.zeros((n, self.int_width), jnp.int32),
+        )
+
+    def _row(self, packing, tree, kind):
+        floats, ints = packing.pack(tree)
+        kind = jax.numpy.full((1,), kind, jax.numpy.int32)
+        return floats.astype(self.float_dtype), jax.numpy.concatenate([kind, ints])
+
+    def carry_row(self, carry: Any) -> tuple:
+        return self._row(self.carry_packing, carry, 1)
+
+    def residual_row(self, taped: tuple) -> tuple:
+        return self._row(self.residual_packing, taped, 0)
+
+    def empty_residual_row(self) -> tuple:
+        rf, ri = self.residual_packing.sizes()
+        jnp = jax.numpy
+        return jnp.zeros((rf,), self.float_dtype), jnp.zeros((1 + ri,), jnp.int32)
+
+    def put(self, slots: tuple, i: Any, row: tuple) -> tuple:
+        """Store `row` at row `i` (a row narrower than the tape fills its first columns)."""
+        i = jax.numpy.asarray(i, jax.numpy.int32)
+        zero = jax.numpy.zeros((), jax.numpy.int32)
+        put = lambda s, r: jax.lax.dynamic_update_slice(s, r[None].astype(s.dtype), (i, zero))
+        return put(slots[0], row[0]), put(slots[1], row[1])
+
+    def is_carry(self, slots: tuple, k: Any) -> Any:
+        return slots[1][k, 0] == 1
+
+    def _read(self, slots, k, packing):
+        f, i = packing.sizes()
+        floats = jax.lax.dynamic_slice_in_dim(slots[0][k], 0, f)
+        ints = jax.lax.dynamic_slice_in_dim(slots[1][k], 1, i)
+        return packing.unpack((floats, ints))
+
+    def carry(self, slots: tuple, k: Any) -> Any:
+        return self._read(slots, k, self.carry_packing)
+
+    def residuals(self, slots: tuple, k: Any) -> tuple:
+        return self._read(slots, k, self.residual_packing)
+
+
+def tape_rows(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Layout, TapeRows]:
+    layout = layout_of(loop, params, diff, carry)
+    return layout, TapeRows(Packing.of(carry), layout.packing)
