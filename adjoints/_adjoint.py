@@ -131,8 +131,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return Online(slots)
 
     def run_loop(self, loop, params, init, buffers):
-        schedule = self.schedule(loop, init, params)
-        return checkpointed_loop(loop, schedule, params, init, buffers)
+        return checkpointed_loop(loop, self.schedule, params, init, buffers)
 
 
 class BacksolveAdjoint(AbstractAdjoint):

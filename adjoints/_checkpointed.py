@@ -536,17 +536,19 @@ def _reverse_recompute(
 
 
 @eqx.filter_custom_vjp
-def _differentiable_loop(params_and_init, buffers, *, loop, schedule):
+def _differentiable_loop(params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
     return run_plain(loop, params, init, buffers)
 
 
+# The schedule is chosen here, not by the caller: sizing a tape by a step's residuals
+# linearises the step (at trace time), which only a differentiated solve should do.
 @_differentiable_loop.def_fwd
-def _fwd(perturbed, params_and_init, buffers, *, loop, schedule):
+def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
-    final, buffers, sweep = _forward(
-        loop, schedule, params, _diff(perturbed, params), init, buffers
-    )
+    diff = _diff(perturbed, params)
+    schedule = choose(loop, init, params)
+    final, buffers, sweep = _forward(loop, schedule, params, diff, init, buffers)
     return (final, buffers), sweep
 
 
@@ -557,8 +559,9 @@ def _diff(perturbed, params):
 
 
 @_differentiable_loop.def_bwd
-def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, schedule):
+def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
+    schedule = choose(loop, init, params)
     ct_final, ct_buffers = grad_obj
     final_shape = jax.eval_shape(lambda: init)
     ct_final = _split(_materialise(ct_final, final_shape))[0]  # float leaves only
@@ -596,6 +599,7 @@ def _materialise(ct, shapes):
     return jtu.tree_map(one, ct, shapes, is_leaf=lambda x: x is None)
 
 
-def checkpointed_loop(loop: Loop, schedule: Any, params: Any, init: Any, buffers: tuple):
-    """Run `loop` so that reverse mode differentiates it by `schedule`."""
-    return _differentiable_loop((params, init), buffers, loop=loop, schedule=schedule)
+def checkpointed_loop(loop: Loop, choose: Any, params: Any, init: Any, buffers: tuple):
+    """Run `loop` so that reverse mode differentiates it by the schedule that
+    `choose(loop, init, params)` returns (called only when it is differentiated)."""
+    return _differentiable_loop((params, init), buffers, loop=loop, choose=choose)

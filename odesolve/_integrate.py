@@ -181,11 +181,18 @@ def _rematerialised(vf):
     field's intermediate values, and linearises the field again stage by stage when it
     reverses the step (a step's residuals are then a few vectors per stage however large
     the field is; see `adjoints._residuals`). No effect on the forward solve."""
-    arrays, static = eqx.partition(vf, eqx.is_array)
-    # A fresh function each trace: one closing over `vf` (tracers) would be unhashable.
-    call = lambda arrays, t, y, args: eqx.combine(arrays, static)(t, y, args)
-    checkpointed = jax.checkpoint(call, prevent_cse=False)
-    return lambda t, y, args: checkpointed(arrays, t, y, args)
+
+    def field(t, y, args):
+        arrays, static = eqx.partition((vf, args), eqx.is_array)
+
+        # A fresh function each call: one closing over tracers would be unhashable.
+        def call(arrays, t, y):
+            f, a = eqx.combine(arrays, static)
+            return f(t, y, a)
+
+        return jax.checkpoint(call, prevent_cse=False)(arrays, t, y)
+
+    return field
 
 
 def _step(config: _Config, params: _Params, state: State) -> State:
@@ -219,9 +226,10 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     # below the jump time.
     t_new = jnp.where(accept, t1, t0)
     if jumped is not None:
-        past = jnp.nextafter(jnp.nextafter(t1, jnp.inf), jnp.inf)
         # A shift of two ulps: as a time it moves with t1 (nextafter has no derivative).
-        t_new = jnp.where(jumped, t1 + jax.lax.stop_gradient(past - t1), t_new)
+        fixed = jax.lax.stop_gradient(t1)
+        past = jnp.nextafter(jnp.nextafter(fixed, jnp.inf), jnp.inf)
+        t_new = jnp.where(jumped, t1 + (past - fixed), t_new)
     next_end = jnp.minimum(proposal.next_end, params.t_end)
     next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
@@ -284,7 +292,8 @@ def _jumped(params, accept, t1):
 def _report_progress(config, params, state, t_new):
     if state.meter_last is None:
         return None
-    progress = (t_new - params.t_start) / (params.t_end - params.t_start)
+    # Reported, never differentiated (the meter's callback has no derivative).
+    progress = jax.lax.stop_gradient((t_new - params.t_start) / (params.t_end - params.t_start))
     return config.meter.step(config.meter_key, progress, state.meter_last)
 
 
