@@ -70,6 +70,8 @@ class _Config(eqx.Module):
     needs_error: bool = eqx.field(static=True)
     jumps: bool = eqx.field(static=True)
     event: EventRecord | None = eqx.field(static=True)
+    # Nothing that sets the step times can be differentiated (see `_static_times`).
+    static_times: bool = eqx.field(static=True)
 
     @property
     def fsal(self) -> bool:
@@ -195,8 +197,13 @@ def _rematerialised(vf):
     return field
 
 
+def _times(config, *times):
+    """Step times as the step uses them: without a derivative when none can flow."""
+    return tuple(jax.lax.stop_gradient(t) for t in times) if config.static_times else times
+
+
 def _step(config: _Config, params: _Params, state: State) -> State:
-    t0, t1 = state.t, state.t_next
+    t0, t1 = _times(config, state.t, state.t_next)
     k0 = _start_derivative(config, params, state)
     # Implicit solvers take their Newton tolerances from the controller (see StepContext).
     context = StepContext(params.controller.tolerances(), params.direction, config.spec)
@@ -255,7 +262,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
         result=jnp.where(state.result == RESULTS.successful, result, state.result),
-        row=_interp_row(config, state, step) if config.carries_row else None,
+        row=_interp_row(config, t0, state.y, step) if config.carries_row else None,
         ts_index=state.ts_index,
         next_save=state.next_save,
         dense_due=accept if config.save_dense else None,
@@ -297,10 +304,10 @@ def _report_progress(config, params, state, t_new):
     return config.meter.step(config.meter_key, progress, state.meter_last)
 
 
-def _interp_row(config, state, step):
+def _interp_row(config, t0, y0, step):
     # A tuple, not a stacked (s, n) array: stacking would copy every stage once more on
     # every step, and the row is read only when output is due.
-    return (state.t, state.y, tuple(step.stages[i] for i in config.interp_stages))
+    return (t0, y0, tuple(step.stages[i] for i in config.interp_stages))
 
 
 def _pending(state: State):
@@ -338,7 +345,8 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
     if params.save_ts is not None:
         due = state.t >= state.next_save
         n_ts = params.save_ts.shape[0] - 1  # the last entry is an inf sentinel
-        value = _interpolate_row(config, state.row, state.t, state.next_save)
+        t0, t1, t = _times(config, state.row[0], state.t, state.next_save)
+        value = _interpolate_row(config, (t0, *state.row[1:]), t1, t)
         writes.append(Write(jnp.where(due, state.ts_index, n_ts), value))
         index = state.ts_index + due.astype(jnp.int32)
         updates.update(ts_index=index, next_save=params.save_ts[index])
@@ -658,6 +666,7 @@ def diffeqsolve(
         # An event may stop the solve early: the step count is not known in advance.
         num_steps=inputs.num_steps if event is None else None,
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
+        static_times=_static_times(t0, t1, dt0, saveat, stepsize_controller, event),
     )
     try:
         return solve(adjoint=adjoint)
@@ -689,6 +698,7 @@ def _solve(
     direction,
     num_steps,
     batch,
+    static_times,
 ):
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
@@ -700,7 +710,18 @@ def _solve(
     vf = closure_convert(field, tau0, y0_flat, args)
     meter_key, meter_last = meter.init() if meter.active else (0, None)
     config = _make_config(
-        solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args, event
+        solver,
+        spec,
+        saveat,
+        controller,
+        max_steps,
+        meter,
+        meter_key,
+        y0,
+        t0,
+        args,
+        event,
+        static_times,
     )
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
@@ -796,7 +817,18 @@ def _conditions(event, kwargs, flat_start, args):
 
 
 def _make_config(
-    solver, spec, saveat, controller, max_steps, meter, meter_key, y0, t0, args, event
+    solver,
+    spec,
+    saveat,
+    controller,
+    max_steps,
+    meter,
+    meter_key,
+    y0,
+    t0,
+    args,
+    event,
+    static_times,
 ):
     every = saveat.every
     if (every or saveat.dense) and max_steps is None:
@@ -831,7 +863,19 @@ def _make_config(
         needs_error=controller.needs_error,
         jumps=controller.jump_ts is not None,
         event=None if event is None else event.record,
+        static_times=static_times,
     )
+
+
+def _static_times(t0, t1, dt0, saveat, controller, event) -> bool:
+    """Whether no derivative can flow through the step times: every input that places
+    them is a concrete value (not a tracer), and no event moves the end to a root of the
+    state. Step sizes themselves are never differentiated (see `PIDController.adapt`).
+    Then a step's reverse needs no record of its size, and its VJP no time cotangents."""
+    if event is not None:
+        return False
+    leaves = jtu.tree_leaves((t0, t1, dt0, saveat.ts, controller))
+    return not any(isinstance(x, jax.core.Tracer) for x in leaves)
 
 
 def _runtime_input_checks(params, dt0_tau):
