@@ -253,6 +253,8 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
         ct_params, ct_carry = pullback(ct_next)
         return ct_params, ct_carry, ct_buffers
 
+    if loop.max_emits == 0:  # nothing is ever pending: no branch
+        return step_vjp(ct_buffers)
     return lax.cond(loop.pending(carry), emit_vjp, step_vjp, ct_buffers)
 
 

@@ -47,7 +47,8 @@ class Loop(eqx.Module):
       buffer; called while `pending`. Called when not pending it must change nothing that
       is kept (it may write scratch rows): reverse mode evaluates both branches.
     - `max_steps`: bound on the number of steps, or None.
-    - `max_emits`: bound on the number of emit ticks.
+    - `max_emits`: bound on the number of emit ticks (0: `pending` is never true, and
+      ticks are steps without a branch).
     - `decision(carry) -> array`, `replay(carry, decision) -> carry`: the part of the
       carry that steers the loop (an adaptive step size) and how to impose it. Reverse
       mode records it on the first sweep and replays it when recomputing: a quantity such
@@ -78,6 +79,8 @@ class Loop(eqx.Module):
     def tick(self, params: Any, carry: Any, scratch_writes: tuple) -> tuple[Any, tuple]:
         """One emit or one step: the unit reverse mode differentiates. A step writes
         `scratch_writes` (rows that are dropped), so both branches have one structure."""
+        if self.max_emits == 0:  # nothing is ever pending: no branch
+            return self.body(params, carry), scratch_writes
         return lax.cond(
             self.pending(carry),
             lambda c: self.emit(params, c),
