@@ -29,7 +29,7 @@ from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain,
 from ._packing import Packing
 from ._residuals import linearise, tape_rows
 from ._schedule.online import Online
-from ._schedule.revolve import next_checkpoint
+from ._schedule.revolve import Revolve, next_checkpoint
 from ._schedule.tape import Tape
 
 
@@ -155,13 +155,38 @@ def _forward(loop, schedule, params, diff, init, buffers):
         carry = small[1]
         return loop.cond(params, carry) & ~loop.pending(carry)
 
+    def bare_steps(small, decisions):
+        """Steps that store nothing: those before the next stored state and before the
+        last tick (whose state before it is `last`), both known under `Revolve`."""
+        k, carry, prev, slot_index, sched = small
+        stop = jnp.minimum(schedule.next_store(k, sched), schedule.num_ticks - 1)
+
+        def step(state):
+            k, carry, decisions = state
+            new = loop.body(params, carry)
+            return k + 1, new, decide(decisions, k, new, True)
+
+        k, carry, decisions = lax.while_loop(
+            lambda s: (s[0] < stop) & loop.cond(params, s[1]),
+            lambda s: step(s),
+            (k, carry, decisions),
+        )
+        return (k, carry, prev, slot_index, sched), decisions
+
+    def stored_step(small, large, active):
+        """Under `Revolve`: bare steps up to the next tick that stores, then that tick."""
+        slots, decisions = large
+        small, decisions = bare_steps(small, decisions)
+        return step_tick(small, (slots, decisions), active & stepping(small))
+
     def steps_then_emit(small, large, active):
         """Unbatched: a run of steps in an inner loop that carries no output buffers,
         then one emit (unless the loop is over: then nothing is kept or counted)."""
         slots, decisions, bufs = large
+        tick = stored_step if isinstance(schedule, Revolve) else step_tick
         small, (slots, decisions) = lockstep_while(
             lambda s, b: stepping(s),
-            lambda s, b, a: step_tick(s, b, a & active),
+            lambda s, b, a: tick(s, b, a & active),
             small,
             (slots, decisions),
             False,

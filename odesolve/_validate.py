@@ -197,6 +197,8 @@ def normalise_inputs(
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller, event)
     _check_save_ts(saveat.ts, c0, c1)
+    # Read before converting: under `jit` a converted Python number is a tracer.
+    cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
     time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
@@ -206,5 +208,5 @@ def normalise_inputs(
         event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
     )
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
-    num_steps = controller.num_steps(c0, c1, _concrete(dt0) if dt0 is not None else None)
+    num_steps = controller.num_steps(c0, c1, cdt)
     return Inputs(terms, event, t0, t1, dt0, y0, direction, num_steps)

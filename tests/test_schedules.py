@@ -214,6 +214,38 @@ def test_revolve_recomputes_the_optimal_number_of_ticks(n, slots):
     assert sorted(last_seen, key=last_seen.get) == list(range(n - 1, -1, -1))
 
 
+def test_known_step_count_under_jit_uses_revolve():
+    # Concrete t0, t1 and dt0 inside a jitted gradient: the step count is still known at
+    # trace time (a converted Python number is a tracer under jit; it is read before), so
+    # the offline schedule's optimum applies, not the online one's.
+    n, slots = 10, 3
+    log = []
+
+    def field(t, y, a):
+        jax.debug.callback(lambda s: log.append(float(s)), t, ordered=True)
+        return -a * y
+
+    def final(a):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field),
+            ode.Euler(),
+            0.0,
+            1.0,
+            1.0 / n,
+            jnp.asarray(1.0),
+            a,
+            max_steps=n,
+            adjoint=ode.RecursiveCheckpointAdjoint(checkpoints=slots),
+        )
+        return sol.ys[-1]
+
+    grad = jax.jit(jax.grad(final))(jnp.asarray(0.7))
+    jax.effects_barrier()
+    np.testing.assert_allclose(float(grad), -((1 - 0.7 / n) ** (n - 1)), rtol=1e-13)
+    reverse = split_log(np.asarray(log), n)
+    assert len(reverse) == n + forward_steps(n, slots) - (n - 1)
+
+
 def test_online_schedule_when_the_step_count_is_unknown():
     n, slots = 10, 3
     reverse = split_log(

@@ -124,9 +124,19 @@ class Revolve(eqx.Module):
     def init(self):
         return jnp.zeros((), jnp.int32)  # how many sweep positions are stored
 
+    def _positions(self):
+        return jnp.asarray(sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32)
+
+    def next_store(self, k, pointer):
+        """The first tick at or after k whose state `store` keeps (past the last position:
+        never, as a tick beyond the loop)."""
+        positions = self._positions()
+        position = positions[jnp.minimum(pointer, positions.shape[0] - 1)]
+        return jnp.where(position < 0, self.num_ticks + 1, jnp.maximum(position, k))
+
     def store(self, k, pointer, slot_index):
         """Whether to store the state before tick k, its slot, and the new schedule
         state and slot table."""
-        positions = jnp.asarray(sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32)
+        positions = self._positions()
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
         return store, pointer, slot_index, pointer + store.astype(jnp.int32)
