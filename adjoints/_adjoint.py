@@ -31,7 +31,7 @@ from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
-from ._residuals import tape_rows
+from ._residuals import TapeRows, tape_rows
 from ._schedule import Online, Revolve, Tape
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
@@ -79,12 +79,15 @@ def carry_bytes(init: Any) -> int:
     return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
-def tape_row_bytes(loop: Loop, params: Any, init: Any) -> int:
-    """Bytes per tick of a tape: the larger of a state and a step's residuals (every
-    float parameter taken as differentiated, an upper bound)."""
+def row_bytes(loop: Loop, params: Any, init: Any) -> tuple[int, int]:
+    """Bytes of (a taping row: the larger of a state and a step's residuals; an online
+    slot: a state and the residuals beside it), every float parameter taken as
+    differentiated (an upper bound)."""
     diff = jtu.tree_map(lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact), params)
-    _, rows = tape_rows(loop, params, diff, init)
-    return rows.float_width * jnp.dtype(rows.float_dtype).itemsize + rows.int_width * 4
+    layout, taped = tape_rows(loop, params, diff, init)
+    online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
+    size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
+    return size(taped), size(online)
 
 
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
@@ -120,10 +123,12 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         slots = self.checkpoints
         if slots is None:
             per_solve = self.memory_budget // max(loop.batch_size, 1)
-            per_tick = carry_bytes(init) if params is None else tape_row_bytes(loop, params, init)
+            per_tick = per_slot = carry_bytes(init)
+            if params is not None:
+                per_tick, per_slot = row_bytes(loop, params, init)
             if per_solve // max(per_tick, 1) >= bound:
                 return Tape(bound)
-            slots = max(2, per_solve // max(carry_bytes(init), 1))
+            slots = max(2, per_solve // max(per_slot, 1))
         if slots >= bound:
             return Tape(bound)
         if loop.num_steps is not None and loop.max_emits == 0:

@@ -77,7 +77,11 @@ def _forward(loop, schedule, params, diff, init, buffers):
     packing = Packing.of(init)
     batched = loop.batch_size > 1
     taping = isinstance(schedule, Tape)
-    layout, rows = tape_rows(loop, params, diff, init) if taping else (None, None)
+    # Online slots also keep the residuals of the step from each stored state.
+    linearising = taping or isinstance(schedule, Online)
+    layout, rows = (None, None)
+    if linearising:
+        layout, rows = tape_rows(loop, params, diff, init, combined=not taping)
     # One extra row: a state that is not kept is written there, so that storing is a
     # plain row write every tick rather than a branch carrying all the slots.
     slots = (rows or packing).empty(schedule.slots + 1)
@@ -96,17 +100,19 @@ def _forward(loop, schedule, params, diff, init, buffers):
     def record(k, carry, slots, slot_index, sched, active=True):
         """Store the carry before tick k if the schedule says so (and `active`). Branch
         free: a state not kept goes to the scratch row. (A `cond` here would, under
-        `vmap`, become a select that copies every slot of every sample.)"""
+        `vmap`, become a select that copies every slot of every sample.) Also returns
+        the row written (the scratch row if none)."""
         store, slot, new_index, new_sched = schedule.store(k, sched, slot_index)
         store = store & active
         if taping:  # every state, at row k
             row = jnp.where(active, k, schedule.slots)
-            return rows.put(slots, row, rows.carry_row(carry)), slot_index, sched
-        slots = _put(slots, jnp.where(store, slot, schedule.slots), carry, packing)
+            return rows.put_carry(slots, row, carry), slot_index, sched, row
+        row = jnp.where(store, slot, schedule.slots)
+        slots = _put(slots, row, carry, packing)
         new_index = jnp.where(store, new_index.at[slot].set(k), new_index)
         slot_index = jnp.where(active, new_index, slot_index)
         sched = jnp.where(active, new_sched, sched)
-        return slots, slot_index, sched
+        return slots, slot_index, sched, row
 
     # The loops carry (small, large): the slots, decision tape and output buffers are
     # large and only written through scratch rows when inactive (see `lockstep_while`).
@@ -114,24 +120,28 @@ def _forward(loop, schedule, params, diff, init, buffers):
     def select(active, new, old):
         return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
-    def taped_step(k, carry, slots, active):
-        """One step, storing its residuals at row k."""
+    def linearised_step(carry, slots, row, active):
+        """One step, storing its residuals at `row`."""
 
         def step():
             new, pullback = linearise(loop, params, diff, carry)
-            return new, rows.residual_row(layout.taped(pullback))
+            return new, layout.taped(pullback)
 
-        skip = lambda: (carry, rows.empty_residual_row())
-        new, row = if_any(active, step, skip) if batched else step()
-        return new, rows.put(slots, jnp.where(active, k, schedule.slots), row)
+        skip = lambda: (carry, rows.zero_residuals())
+        new, taped = if_any(active, step, skip) if batched else step()
+        return new, rows.put_residuals(slots, row, taped)
 
     def step_tick(small, large, active):
         k, carry, prev, slot_index, sched = small
         slots, decisions = large
         if taping:
-            new, slots = taped_step(k, carry, slots, active)
+            row = jnp.where(active, k, schedule.slots)
+            new, slots = linearised_step(carry, slots, row, active)
+        elif linearising:
+            slots, slot_index, sched, row = record(k, carry, slots, slot_index, sched, active)
+            new, slots = linearised_step(carry, slots, row, active)
         else:
-            slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
+            slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
             step = lambda: loop.body(params, carry)
             new = if_any(active, step, lambda: carry) if batched else step()
         new = select(active, new, carry)
@@ -142,7 +152,7 @@ def _forward(loop, schedule, params, diff, init, buffers):
     def emit_tick(small, large, active):
         k, carry, prev, slot_index, sched = small
         slots, decisions, bufs = large
-        slots, slot_index, sched = record(k, carry, slots, slot_index, sched, active)
+        slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
         new, writes = loop.emit(params, carry)
         new = select(active, new, carry)
         prev = None if taping else select(active, carry, prev)
@@ -236,15 +246,16 @@ def _decision_tape(loop, init, bound):
 
 
 def _put(slots, i, carry, packing):
+    """Store a state in the first columns of row i (a row may hold more beside it)."""
     floats, ints = packing.pack(carry)
-    return (
-        lax.dynamic_update_index_in_dim(slots[0], floats, i, 0),
-        lax.dynamic_update_index_in_dim(slots[1], ints, i, 0),
-    )
+    i, zero = jnp.asarray(i, jnp.int32), jnp.zeros((), jnp.int32)
+    put = lambda s, r: lax.dynamic_update_slice(s, r[None].astype(s.dtype), (i, zero))
+    return put(slots[0], floats), put(slots[1], ints)
 
 
 def _get(slots, i, packing):
-    return packing.unpack((slots[0][i], slots[1][i]))
+    f, n = packing.sizes()
+    return packing.unpack((slots[0][i, :f], slots[1][i, :n]))
 
 
 # --------------------------------------------------------------------------- reverse
@@ -361,7 +372,10 @@ def _reverse_tape(
     else:
         layout, tape = rows
         carry_at = lambda k: tape.carry(slots, k)
-        is_carry = lambda k: tape.is_carry(slots, k)
+        if tape.combined:  # a state in every row: the tick's kind is read from it
+            is_carry = lambda k: loop.pending(carry_at(k))
+        else:
+            is_carry = lambda k: tape.is_carry(slots, k)
 
         def step_vjp(k, ct_carry):
             dp, dc = layout.rebuild(tape.residuals(slots, k), params)(ct_carry)
@@ -608,7 +622,8 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         # The two sweeps run one after the other, one of them for zero ticks, rather than
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
-        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape)
+        rows = tape_rows(loop, params, diff, init, combined=True)
+        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape, rows=rows)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)

@@ -96,16 +96,29 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
 
 
 class TapeRows:
-    """The taping sweep's rows: tick k's row holds the residuals of step k, or, for an
-    emit, the carry before it (an emit is not linearised ahead: its VJP reads and clears
-    output cotangents). Column 0 of the int row says which (1: a carry)."""
+    """Rows of residuals, alone or beside a state.
 
-    def __init__(self, carry: Packing, residuals: Packing):
+    - Taping (`combined=False`): tick k's row holds the residuals of step k or, for an
+      emit, the carry before it (an emit is not linearised ahead: its VJP reads and
+      clears output cotangents). Column 0 of the int row says which (1: a carry).
+    - Online checkpointing (`combined=True`): a slot holds a state, which recomputation
+      restarts from, and beside it the residuals of the step from that state, which the
+      reverse sweep uses while the slots still hold every tick in order. The state comes
+      first, so `_put`/`_get` of a bare state work on these rows too.
+    """
+
+    def __init__(self, carry: Packing, residuals: Packing, combined: bool = False):
+        jnp = jax.numpy
         self.carry_packing, self.residual_packing = carry, residuals
         (cf, ci), (rf, ri) = carry.sizes(), residuals.sizes()
-        self.float_width = max(cf, rf)
-        self.int_width = 1 + max(ci, ri)
-        self.float_dtype = jax.numpy.result_type(carry.float_dtype, residuals.float_dtype)
+        self.combined = combined
+        if combined:
+            self.float_width, self.int_width = cf + rf, ci + ri
+            self.carry_at, self.residuals_at = (0, 0), (cf, ci)
+        else:
+            self.float_width, self.int_width = max(cf, rf), 1 + max(ci, ri)
+            self.carry_at, self.residuals_at = (0, 1), (0, 1)
+        self.float_dtype = jnp.result_type(carry.float_dtype, residuals.float_dtype)
 
     def empty(self, n: int) -> tuple:
         jnp = jax.numpy
@@ -114,45 +127,50 @@ class TapeRows:
             jnp.zeros((n, self.int_width), jnp.int32),
         )
 
-    def _row(self, packing, tree, kind):
-        floats, ints = packing.pack(tree)
-        kind = jax.numpy.full((1,), kind, jax.numpy.int32)
-        return floats.astype(self.float_dtype), jax.numpy.concatenate([kind, ints])
-
-    def carry_row(self, carry: Any) -> tuple:
-        return self._row(self.carry_packing, carry, 1)
-
-    def residual_row(self, taped: tuple) -> tuple:
-        return self._row(self.residual_packing, taped, 0)
-
-    def empty_residual_row(self) -> tuple:
-        rf, ri = self.residual_packing.sizes()
+    def _put(self, slots, i, packing, tree, at, kind):
         jnp = jax.numpy
-        return jnp.zeros((rf,), self.float_dtype), jnp.zeros((1 + ri,), jnp.int32)
+        floats, ints = packing.pack(tree)
+        if not self.combined:  # the kind column, then the ints
+            ints = jnp.concatenate([jnp.full((1,), kind, jnp.int32), ints])
+            at = (at[0], 0)
+        i = jnp.asarray(i, jnp.int32)
+        put = lambda s, r, c: jax.lax.dynamic_update_slice(
+            s, r[None].astype(s.dtype), (i, jnp.asarray(c, jnp.int32))
+        )
+        return put(slots[0], floats, at[0]), put(slots[1], ints, at[1])
 
-    def put(self, slots: tuple, i: Any, row: tuple) -> tuple:
-        """Store `row` at row `i` (a row narrower than the tape fills its first columns)."""
-        i = jax.numpy.asarray(i, jax.numpy.int32)
-        zero = jax.numpy.zeros((), jax.numpy.int32)
-        put = lambda s, r: jax.lax.dynamic_update_slice(s, r[None].astype(s.dtype), (i, zero))
-        return put(slots[0], row[0]), put(slots[1], row[1])
+    def put_carry(self, slots: tuple, i: Any, carry: Any) -> tuple:
+        return self._put(slots, i, self.carry_packing, carry, self.carry_at, 1)
+
+    def put_residuals(self, slots: tuple, i: Any, taped: tuple) -> tuple:
+        return self._put(slots, i, self.residual_packing, taped, self.residuals_at, 0)
+
+    def zero_residuals(self) -> tuple:
+        """Residuals of the right shapes, all zero (what a skipped step stores)."""
+        jnp = jax.numpy
+        f, i = self.residual_packing.sizes()
+        zeros = (jnp.zeros((f,), self.float_dtype), jnp.zeros((i,), jnp.int32))
+        return self.residual_packing.unpack(zeros)
 
     def is_carry(self, slots: tuple, k: Any) -> Any:
+        """Taping only: whether tick k's row holds a carry (an emit's)."""
         return slots[1][k, 0] == 1
 
-    def _read(self, slots, k, packing):
+    def _read(self, slots, k, packing, at):
         f, i = packing.sizes()
-        floats = jax.lax.dynamic_slice_in_dim(slots[0][k], 0, f)
-        ints = jax.lax.dynamic_slice_in_dim(slots[1][k], 1, i)
+        floats = jax.lax.dynamic_slice_in_dim(slots[0][k], at[0], f)
+        ints = jax.lax.dynamic_slice_in_dim(slots[1][k], at[1], i)
         return packing.unpack((floats, ints))
 
     def carry(self, slots: tuple, k: Any) -> Any:
-        return self._read(slots, k, self.carry_packing)
+        return self._read(slots, k, self.carry_packing, self.carry_at)
 
     def residuals(self, slots: tuple, k: Any) -> tuple:
-        return self._read(slots, k, self.residual_packing)
+        return self._read(slots, k, self.residual_packing, self.residuals_at)
 
 
-def tape_rows(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Layout, TapeRows]:
+def tape_rows(
+    loop: Any, params: Any, diff: Any, carry: Any, combined: bool = False
+) -> tuple[Layout, TapeRows]:
     layout = layout_of(loop, params, diff, carry)
-    return layout, TapeRows(Packing.of(carry), layout.packing)
+    return layout, TapeRows(Packing.of(carry), layout.packing, combined)
