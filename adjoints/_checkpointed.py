@@ -345,10 +345,10 @@ def _reverse_tape(
     `enabled` no tick runs and they come back unchanged. Returns those of (the initial
     carry, the parameters) and what is left of the output cotangents.
 
-    `rows`: (layout, `TapeRows`) when the tape holds each step's residuals (the `Tape`
-    schedule): a step's VJP is then its stored pullback applied, with no evaluation of
-    the step. None when it holds the carry before each tick (online checkpointing that
-    never had to thin): a step's VJP then linearises the step again.
+    `rows`: (layout, `TapeRows`) when the rows hold each step's residuals (the `Tape`
+    schedule; online slots, beside the state, when they never had to thin): a step's VJP
+    is then its stored pullback applied, with no evaluation of the step. None when they
+    hold only the carry before each tick: a step's VJP then linearises the step again.
 
     Each iteration reverses the run of emits that follows a step (an inner loop touching
     only the output cotangents), then the step. Organised by steps rather than by emits
