@@ -84,7 +84,13 @@ class Layout:
 
 def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
     """The layout of one step's pullback. Traced abstractly (`eqx.filter_eval_shape`): the step
-    is not evaluated, so a field with side effects (a callback) does not run for it."""
+    is not evaluated, so a field with side effects (a callback) does not run for it.
+    Remembered for the loop at hand: choosing a schedule, the forward sweep and the reverse
+    sweep each ask for it, and tracing a step is the dearest part of compiling a gradient."""
+    key = (loop, _signature(params), _signature(diff), _signature(carry))
+    for known, layout in _recent:
+        if known == key:
+            return layout
     found = []
 
     def trace(params, carry):
@@ -92,7 +98,19 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
         found.append(Layout(pullback, params))
 
     eqx.filter_eval_shape(trace, params, carry)
+    _recent.insert(0, (key, found[0]))
+    del _recent[4:]  # a few solves' worth: a loop is made afresh by every solve
     return found[0]
+
+
+_recent: list = []
+
+
+def _signature(tree: Any) -> tuple:
+    """Structure, shapes and dtypes of a PyTree's arrays; other leaves as they are."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    spec = lambda x: (x.shape, x.dtype) if eqx.is_array(x) else x
+    return treedef, tuple(spec(x) for x in leaves)
 
 
 class TapeRows:

@@ -183,16 +183,18 @@ def _rematerialised(vf):
     field's intermediate values, and linearises the field again stage by stage when it
     reverses the step (a step's residuals are then a few vectors per stage however large
     the field is; see `adjoints._residuals`). No effect on the forward solve."""
+    checkpointed = []  # one function for every stage: JAX traces the field once
 
     def field(t, y, args):
         arrays, static = eqx.partition((vf, args), eqx.is_array)
+        if not checkpointed:
+            # Made here, per step: one closing over tracers would be unhashable.
+            def call(arrays, t, y):
+                f, a = eqx.combine(arrays, static)
+                return f(t, y, a)
 
-        # A fresh function each call: one closing over tracers would be unhashable.
-        def call(arrays, t, y):
-            f, a = eqx.combine(arrays, static)
-            return f(t, y, a)
-
-        return jax.checkpoint(call, prevent_cse=False)(arrays, t, y)
+            checkpointed.append(jax.checkpoint(call, prevent_cse=False))
+        return checkpointed[0](arrays, t, y)
 
     return field
 
