@@ -84,7 +84,7 @@ def row_bytes(loop: Loop, params: Any, init: Any) -> tuple[int, int]:
     slot: a state and the residuals beside it), every float parameter taken as
     differentiated (an upper bound)."""
     diff = jtu.tree_map(lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact), params)
-    layout, taped = tape_rows(loop, params, diff, init)
+    _, taped = tape_rows(loop, params, diff, init)
     online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
     size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
     return size(taped), size(online)

@@ -26,19 +26,15 @@ from jax import lax
 
 from ._batch_sum import sum_over_batch
 from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
-from ._packing import Packing
+from ._packing import Packing, is_float
 from ._residuals import linearise, tape_rows
 from ._schedule.online import Online
 from ._schedule.revolve import Revolve, next_checkpoint
 from ._schedule.tape import Tape
 
 
-def _is_float(x: Any) -> bool:
-    return eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
-
-
 def _split(tree):
-    return eqx.partition(tree, _is_float)
+    return eqx.partition(tree, is_float)
 
 
 def scratch_writes(buffers: tuple) -> tuple:
@@ -120,15 +116,19 @@ def _forward(loop, schedule, params, diff, init, buffers):
     def select(active, new, old):
         return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
-    def linearised_step(carry, slots, row, active):
-        """One step, storing its residuals at `row`."""
+    def linearised_step(carry, slots, row, active, keep=True):
+        """One step, storing its residuals at `row`; a plain step where not `keep`."""
 
         def step():
             new, pullback = linearise(loop, params, diff, carry)
             return new, layout.taped(pullback)
 
-        skip = lambda: (carry, rows.zero_residuals())
-        new, taped = if_any(active, step, skip) if batched else step()
+        plain = lambda: (loop.body(params, carry), rows.zero_residuals())
+        if batched:
+            skip = lambda: (carry, rows.zero_residuals())
+            new, taped = if_any(active & keep, step, lambda: if_any(active, plain, skip))
+        else:
+            new, taped = step() if keep is True else lax.cond(keep, step, plain)
         return new, rows.put_residuals(slots, row, taped)
 
     def step_tick(small, large, active):
@@ -139,7 +139,9 @@ def _forward(loop, schedule, params, diff, init, buffers):
             new, slots = linearised_step(carry, slots, row, active)
         elif linearising:
             slots, slot_index, sched, row = record(k, carry, slots, slot_index, sched, active)
-            new, slots = linearised_step(carry, slots, row, active)
+            # Residuals serve only while the slots hold every tick in order.
+            keep = schedule.in_order(sched)
+            new, slots = linearised_step(carry, slots, row, active, keep)
         else:
             slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
             step = lambda: loop.body(params, carry)
@@ -285,8 +287,7 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
         return _emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers)
 
     def step_vjp(ct_buffers):
-        _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
-        ct_params, ct_carry = pullback(ct_next)
+        ct_params, ct_carry = linearise(loop, params, diff, carry)[1](ct_next)
         return ct_params, ct_carry, ct_buffers
 
     if loop.max_emits == 0:  # nothing is ever pending: no branch
@@ -337,18 +338,15 @@ def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
-def _reverse_tape(
-    loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True, rows=None
-):
+def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=True):
     """Every tick is on the tape: reverse tick by tick, no recomputation. `start` holds the
     cotangents (of the final carry, of the parameters so far) to begin from; when not
     `enabled` no tick runs and they come back unchanged. Returns those of (the initial
     carry, the parameters) and what is left of the output cotangents.
 
-    `rows`: (layout, `TapeRows`) when the rows hold each step's residuals (the `Tape`
-    schedule; online slots, beside the state, when they never had to thin): a step's VJP
-    is then its stored pullback applied, with no evaluation of the step. None when they
-    hold only the carry before each tick: a step's VJP then linearises the step again.
+    `rows`: (layout, `TapeRows`) of the rows, which hold each step's residuals (taping;
+    online slots, beside the state, when they never had to thin): a step's VJP is its
+    stored pullback applied, with no evaluation of the step.
 
     Each iteration reverses the run of emits that follows a step (an inner loop touching
     only the output cotangents), then the step. Organised by steps rather than by emits
@@ -359,27 +357,16 @@ def _reverse_tape(
     ct_final, ct_params = start
     batched = loop.batch_size > 1
 
-    if rows is None:
-        carry_at = lambda k: _get(slots, k, packing)
+    layout, tape = rows
+    carry_at = lambda k: tape.carry(slots, k)
+    if tape.combined:  # a state in every row: the tick's kind is read from it
         is_carry = lambda k: loop.pending(carry_at(k))
-
-        def step_vjp(k, ct_carry):
-            carry_f, carry_s = _split(carry_at(k))
-            _, pullback = jax.vjp(_step_fn(loop, params_s, carry_s), params_f, carry_f)
-            dp, dc = pullback(ct_carry)
-            return dc, dp
-
     else:
-        layout, tape = rows
-        carry_at = lambda k: tape.carry(slots, k)
-        if tape.combined:  # a state in every row: the tick's kind is read from it
-            is_carry = lambda k: loop.pending(carry_at(k))
-        else:
-            is_carry = lambda k: tape.is_carry(slots, k)
+        is_carry = lambda k: tape.is_carry(slots, k)
 
-        def step_vjp(k, ct_carry):
-            dp, dc = layout.rebuild(tape.residuals(slots, k), params)(ct_carry)
-            return dc, dp
+    def step_vjp(k, ct_carry):
+        dp, dc = layout.rebuild(tape.residuals(slots, k), params)(ct_carry)
+        return dc, dp
 
     example_f, example_s = _split(carry_at(0))
     emit_reads_params = any(
@@ -596,7 +583,7 @@ def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
 def _diff(perturbed, params):
     """Which parameter leaves are differentiated: a parameter that is not (save times, the
     controller's tolerances) would otherwise get a cotangent accumulated every step."""
-    return jtu.tree_map(lambda p, x: bool(p) and _is_float(x), perturbed[0], params)
+    return jtu.tree_map(lambda p, x: bool(p) and is_float(x), perturbed[0], params)
 
 
 @_differentiable_loop.def_bwd
@@ -615,7 +602,7 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     rest = (scratch, Packing.of(init))
     if isinstance(schedule, Tape):
         rows = tape_rows(loop, params, diff, init)
-        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, *rest, rows=rows)
+        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, rows)
     elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
@@ -623,7 +610,7 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
         rows = tape_rows(loop, params, diff, init, combined=True)
-        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, *rest, as_tape, rows=rows)
+        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, rows, as_tape)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)

@@ -13,6 +13,11 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 
+def is_float(x: Any) -> bool:
+    """A floating-point array: the leaves that are differentiated and stored as floats."""
+    return eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
+
+
 class Packing(eqx.Module):
     """Stores a carry as two flat rows, one float and one int32, so that saving a state
     is two row writes instead of one per leaf (which matters per tick on XLA:CPU)."""

@@ -20,7 +20,7 @@ import equinox as eqx
 import jax
 import jax.tree_util as jtu
 
-from ._packing import Packing
+from ._packing import Packing, is_float
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
@@ -30,18 +30,14 @@ def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
     the new carry's float leaves giving those of (the differentiated parameters, the
     carry's float leaves). `diff`: which parameter leaves are differentiated."""
     params_f, params_s = eqx.partition(params, diff)
-    carry_f, carry_s = eqx.partition(carry, _is_float)
+    carry_f, carry_s = eqx.partition(carry, is_float)
 
     def step(pf, cf):
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-        return eqx.partition(new, _is_float)
+        return eqx.partition(new, is_float)
 
     new_f, pullback, new_s = jax.vjp(step, params_f, carry_f, has_aux=True)
     return eqx.combine(new_f, new_s), pullback
-
-
-def _is_float(x: Any) -> bool:
-    return eqx.is_array(x) and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
 
 
 class Layout:

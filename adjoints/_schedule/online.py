@@ -27,6 +27,11 @@ class Online(eqx.Module):
     def init(self):
         return jnp.ones((), jnp.int32)  # the stride
 
+    def in_order(self, stride):
+        """Whether the slots still hold every tick so far, slot k holding tick k (no
+        thinning yet): the reverse sweep can then run as a tape."""
+        return stride == 1
+
     def store(self, k, stride, slot_index):
         """Whether to store the state before tick k, its slot, the new slot table and
         the new stride. `slot_index[i]` is the tick whose state slot i holds, -1 if free."""
