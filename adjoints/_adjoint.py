@@ -13,6 +13,11 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   recomputed in all (Griewank), plus the VJPs.
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
   2 n / s ticks with the slots free at the time.
+- nested segments, d levels (n known, no `checkpoints` given, the tape too large): a few
+  hundred |c| and a short tape of |r| rows even for n = 1e5; every tick is recomputed d
+  times bare and linearised once, and no tick is linearised twice (`Nested`). The
+  binomial rule needs fewer states for the same recomputation, but linearises each tick
+  again in the reverse sweep: at a like memory, nested segments are faster.
 
 With adaptive step sizes, recomputing schedules also keep each tick's step-size decision
 (one float per tick of the bound: 8 bytes x max_steps in float64) so that recomputation
@@ -32,7 +37,7 @@ from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
-from ._schedule import Online, Revolve, Tape
+from ._schedule import Nested, Online, Revolve, Tape
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. Every stored byte is written once and read once, and a
@@ -79,15 +84,16 @@ def carry_bytes(init: Any) -> int:
     return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
-def row_bytes(loop: Loop, params: Any, init: Any) -> tuple[int, int]:
-    """Bytes of (a taping row: the larger of a state and a step's residuals; an online
-    slot: a state and the residuals beside it), every float parameter taken as
-    differentiated (an upper bound)."""
+def row_bytes(loop: Loop, params: Any, init: Any) -> tuple[int, int, int]:
+    """Bytes of (a stored state; a taping row: the larger of a state and a step's
+    residuals; an online slot: a state and the residuals beside it), every float
+    parameter taken as differentiated (an upper bound)."""
     diff = jtu.tree_map(lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact), params)
     _, taped = tape_rows(loop, params, diff, init)
     online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
     size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
-    return size(taped), size(online)
+    (floats, ints), itemsize = taped.carry_packing.sizes(), jnp.dtype(taped.float_dtype).itemsize
+    return floats * itemsize + ints * 4, size(taped), size(online)
 
 
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
@@ -95,11 +101,12 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
 
     - `checkpoints`: number of loop states kept for the reverse sweep. None (default):
       tape every step (its residuals: no recomputation) when the tape fits in
-      `memory_budget` bytes, otherwise keep as many states as fit. A count of at least
-      the loop's bound tapes. With a known number of steps (`ConstantStepSize` with
-      concrete times, `StepTo`) states are placed by Griewank's binomial rule (optimal);
-      otherwise by online thinning, which behaves as taping for as long as the states
-      taken so far fit.
+      `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
+      with concrete times, `StepTo`), nested segments within the budget, and failing
+      those as many states as fit. A count of at least the loop's bound tapes. With a
+      count and a known number of steps, states are placed by Griewank's binomial rule
+      (optimal for that count); with an unknown number, by online thinning, which
+      behaves as taping for as long as the states taken so far fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None (default
       4 MiB), shared by the samples when `diffeqsolve` is called directly under `vmap`.
       The states are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
@@ -123,11 +130,15 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         slots = self.checkpoints
         if slots is None:
             per_solve = self.memory_budget // max(loop.batch_size, 1)
-            per_tick = per_slot = carry_bytes(init)
+            per_state = per_tick = per_slot = carry_bytes(init)
             if params is not None:
-                per_tick, per_slot = row_bytes(loop, params, init)
+                per_state, per_tick, per_slot = row_bytes(loop, params, init)
             if per_solve // max(per_tick, 1) >= bound:
                 return Tape(bound)
+            if loop.num_steps is not None and loop.max_emits == 0 and loop.decision is None:
+                nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
+                if nested is not None:
+                    return nested
             slots = max(2, per_solve // max(per_slot, 1))
         if slots >= bound:
             return Tape(bound)

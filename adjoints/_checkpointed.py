@@ -28,6 +28,7 @@ from ._batch_sum import sum_over_batch
 from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
 from ._packing import Packing, is_float
 from ._residuals import linearise, tape_rows
+from ._schedule.nested import Nested
 from ._schedule.online import Online
 from ._schedule.revolve import Revolve, next_checkpoint
 from ._schedule.tape import Tape
@@ -186,7 +187,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         return (k, carry, prev, slot_index, sched), decisions
 
     def stored_step(small, large, active):
-        """Under `Revolve`: bare steps up to the next tick that stores, then that tick."""
+        """Under `Revolve` or `Nested`: bare steps up to the next tick that stores, then
+        that tick."""
         slots, decisions = large
         small, decisions = bare_steps(small, decisions)
         return step_tick(small, (slots, decisions), active & stepping(small))
@@ -195,7 +197,7 @@ def _forward(loop, schedule, params, diff, init, buffers):
         """Unbatched: a run of steps in an inner loop that carries no output buffers,
         then one emit (unless the loop is over: then nothing is kept or counted)."""
         slots, decisions, bufs = large
-        tick = stored_step if isinstance(schedule, Revolve) else step_tick
+        tick = stored_step if isinstance(schedule, (Revolve, Nested)) else step_tick
         small, (slots, decisions) = lockstep_while(
             lambda s, b: stepping(s),
             lambda s, b, a: tick(s, b, a & active),
@@ -487,24 +489,58 @@ def _nearest(slot_index, target):
     return jnp.argmax(eligible).astype(jnp.int32)
 
 
+def _next_store(slot_index, index, target, moved=True, previous=None):
+    """Where the next state goes when holding the state before tick `index` and needing
+    the one before `target`: Griewank's binomial rule over the free slots (the target
+    itself, never stored, when no slot is free). Where not `moved`, `previous` stays:
+    one `cond` for both, so the rule runs only when it is needed."""
+    free = jnp.sum(slot_index < 0).astype(jnp.int32)
+    otherwise = target if previous is None else jnp.where(moved, target, previous)
+    return lax.cond(
+        moved & (free > 0) & (index < target),
+        lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
+        lambda: otherwise,
+    )
+
+
 def _reverse_recompute(
     loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True
 ):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
-    Griewank's binomial rule. Each iteration advances (in an inner loop of bare ticks) to
-    the next checkpoint or to the tick to reverse, then stores or reverses. The slot
-    bookkeeping is branch-free, so the slots never pass through a `cond` (which would copy
-    them every iteration). `start`, `enabled` and the result as for `_reverse_tape`."""
+    Griewank's binomial rule. Each iteration reverses one tick: it advances (in an inner
+    loop of bare ticks, which stores the states the rule picks on the way) from the
+    latest stored state to the tick, applies the tick's VJP, then restores the latest
+    state before the next tick. One iteration per tick rather than one per store halves
+    the iterations of a binomial schedule, whose stores are about as many as its ticks.
+    The slot bookkeeping is branch-free, so the slots never pass through a `cond` (which
+    would copy them every iteration). `start`, `enabled` and the result as for
+    `_reverse_tape`."""
     ct_final, ct_params = start
     n, slots, slot_index, decisions = sweep.n, sweep.slots, sweep.slot_index, sweep.decisions
     scratch_slot = slot_index.shape[0]
+    batched = loop.batch_size > 1
 
-    def tick(state):
-        carry, index = state
+    def tick(carry, index):
         carry, _ = loop.tick(params, carry, scratch)
         if decisions is not None:
             carry = loop.replay(carry, decisions[index + 1])
         return carry, index + 1
+
+    def advance(target):
+        """One tick towards `target`, first storing the state before it if it is the
+        next checkpoint (an inactive sample stores to the scratch slot)."""
+
+        def body(small, slots, active):
+            carry, index, nxt, slot_index = small
+            store = (index == nxt) & active
+            free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
+            slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
+            slot_index = jnp.where(store, slot_index.at[free_slot].set(index), slot_index)
+            nxt = _next_store(slot_index, index, target, store, nxt)
+            carry, index = tick(carry, index)
+            return (carry, index, nxt, slot_index), slots
+
+        return body
 
     params_f = eqx.partition(params, diff)[0]
     zero_params = jtu.tree_map(jnp.zeros_like, params_f)
@@ -512,38 +548,29 @@ def _reverse_recompute(
     def body(small, large, active):
         target, index, carry, nxt, slot_index, ct_carry = small
         slots, ct_params, ct_bufs = large
-        stop = jnp.minimum(nxt, target)
-        carry, index = lax.while_loop(lambda s: s[1] < stop, lambda s: tick(s), (carry, index))
-        reversing = (index == target) & active
-        dp, ct_carry, ct_bufs = lax.cond(
-            reversing,
-            lambda c, b: _tick_vjp(loop, params, carry, scratch, c, b, diff),
-            lambda c, b: (zero_params, c, b),
-            ct_carry,
-            ct_bufs,
+        (carry, index, nxt, slot_index), slots = lockstep_while(
+            lambda s, b: s[1] < target,
+            advance(target),
+            (carry, index, nxt, slot_index),
+            slots,
+            batched,
         )
+        reverse = lambda c, b: _tick_vjp(loop, params, carry, scratch, c, b, diff)
+        if batched:  # a finished sample reverses nothing
+            skip = lambda c, b: (zero_params, c, b)
+            dp, ct_carry, ct_bufs = lax.cond(active, reverse, skip, ct_carry, ct_bufs)
+        else:
+            dp, ct_carry, ct_bufs = reverse(ct_carry, ct_bufs)
         # Added outside the `cond`, and summed over a vmap batch for shared parameters.
-        ct_params = _accumulate(reversing, ct_params, dp, params_f)
-        # Stopped short of the target: keep this state in a free slot.
-        store = ~reversing & active
-        free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
-        slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
-        slot_index = jnp.where(store, slot_index.at[free_slot].set(index), slot_index)
-        # Reversed: release the states at or after the tick just reversed, restore the
-        # latest one before it.
-        slot_index = jnp.where(reversing & (slot_index >= target), -1, slot_index)
-        target = jnp.where(reversing, target - 1, target)
+        ct_params = _accumulate(active, ct_params, dp, params_f)
+        # Release the states at or after the tick just reversed, restore the latest one
+        # before the next.
+        slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
+        target = jnp.where(active, target - 1, target)
         j = _nearest(slot_index, jnp.maximum(target, 0))
-        restored = _get(slots, j, packing)
-        carry = jtu.tree_map(lambda a, b: jnp.where(reversing, a, b), restored, carry)
-        index = jnp.where(reversing, slot_index[j], index)
-        # Where the next checkpoint goes from here (the target itself if no slot is free).
-        free = jnp.sum(slot_index < 0).astype(jnp.int32)
-        nxt = lax.cond(
-            (free > 0) & (index < target),
-            lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
-            lambda: target,
-        )
+        carry = _get(slots, j, packing)
+        index = slot_index[j]
+        nxt = _next_store(slot_index, index, target)
         return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
 
     # Start at the last tick, whose carry the forward sweep kept. Under `vmap` the samples
@@ -555,9 +582,81 @@ def _reverse_recompute(
         lambda s, b, a: body(s, b, a),
         small,
         (slots, ct_params, ct_buffers),
-        loop.batch_size > 1,
+        batched,
     )
     return (small[5], ct_params), ct_buffers
+
+
+def _reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
+    """Reverse a loop of steps only (no emits) by `Nested` segments: the forward sweep
+    kept the state before each outermost segment; each segment, last first, is run again
+    keeping the states before its own segments, down to the innermost, which is run once
+    linearising its steps onto a tape of `rows` (layout, `TapeRows`) and reversed by the
+    taped pullbacks. Every loop bound is known when traced, so under `vmap` no loop is
+    batched; ticks at or after the sample's own count (a solve that stopped early) do
+    not reach the cotangents. `start` and the result as for `_reverse_tape`."""
+    lengths = schedule.lengths
+    layout, taped_rows = rows
+    params_f = eqx.partition(params, diff)[0]
+    n = sweep.n
+
+    def bare(carry, count):
+        return lax.fori_loop(0, count, lambda i, c: loop.body(params, c), carry)
+
+    def leaf(first, count, carry, state):
+        ct, ct_params, store = state
+        tape = store[-1]
+
+        def linearised(i, s):
+            carry, tape = s
+            new, pullback = linearise(loop, params, diff, carry)
+            return new, taped_rows.put_residuals(tape, i, layout.taped(pullback))
+
+        _, tape = lax.fori_loop(0, count, linearised, (carry, tape))
+
+        def pull(i, s):
+            ct, ct_params = s
+            row = count - 1 - i
+            dp, dc = layout.rebuild(taped_rows.residuals(tape, row), params)(ct)
+            taken = first + row < n
+            ct = jtu.tree_map(lambda a, b: jnp.where(taken, a, b), dc, ct)
+            return ct, _accumulate(taken, ct_params, dp, params_f)
+
+        ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))
+        return ct, ct_params, (*store[:-1], tape)
+
+    def span(level, first, count, carry, state):
+        """Reverse ticks [first, first + count) from the carry before `first` (at the
+        outermost level the forward sweep's states serve instead)."""
+        if level == len(lengths):
+            return leaf(first, count, carry, state)
+        length = lengths[level]
+        segments = (count + length - 1) // length
+        if level > 0:  # keep the state before each segment, advancing between them
+
+            def keep(j, s):
+                carry, states = s
+                states = _put(states, j, carry, packing)
+                return bare(carry, jnp.where(j < segments - 1, length, 0)), states
+
+            ct, ct_params, store = state
+            _, states = lax.fori_loop(0, segments, keep, (carry, store[level]))
+            state = (ct, ct_params, (*store[:level], states, *store[level + 1 :]))
+
+        def segment(i, state):
+            j = segments - 1 - i
+            begin = _get(state[2][level], j, packing)
+            size = jnp.minimum(length, count - j * length)
+            return span(level + 1, first + j * length, size, begin, state)
+
+        return lax.fori_loop(0, segments, segment, state)
+
+    ct_final, ct_params = start
+    deeper = tuple(packing.empty(schedule.level_slots(i)) for i in range(1, len(lengths)))
+    store = (sweep.slots, *deeper, taped_rows.empty(lengths[-1]))
+    count = jnp.int32(schedule.num_ticks)
+    ct_init, ct_params, _ = span(0, jnp.int32(0), count, None, (ct_final, ct_params, store))
+    return ct_init, ct_params
 
 
 # ------------------------------------------------------------------ the custom VJP
@@ -612,6 +711,9 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         rows = tape_rows(loop, params, diff, init, combined=True)
         start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, rows, as_tape)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
+    elif isinstance(schedule, Nested):
+        rows = tape_rows(loop, params, diff, init)
+        ct_init, ct_params = _reverse_nested(*fixed, start, schedule, rest[1], rows)
     else:
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest)
     return ct_params, ct_init

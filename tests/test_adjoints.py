@@ -17,6 +17,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import odesolve as ode
+from adjoints._schedule import Nested
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -234,6 +235,44 @@ def test_revolve_gradient_matches_unrolled_loop():
     grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(Y0, PARAMS)
     ref = jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)
     assert relative_error(grads, ref) <= 1e-10
+
+
+@pytest.mark.parametrize("lengths", [(6,), (8, 3), (12, 4, 2)], ids=["1-level", "2", "3"])
+def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
+    """Nested segments (the default adjoint's choice for a known step count when taping
+    does not fit), one to three levels, on a count no level divides; under jit, and
+    under vmap with a shared and a per-sample parameter."""
+    n = 23
+    monkeypatch.setattr(Nested, "fit", staticmethod(lambda ticks, *_: Nested(lengths, ticks)))
+    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+
+    def loss(y0, p, adjoint=adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Tsit5(),
+            0.0,
+            3.0,
+            3.0 / n,
+            y0,
+            p,
+            adjoint=adjoint,
+            max_steps=n,
+        )
+        return jnp.sum(WEIGHTS[-1] * sol.ys[-1])
+
+    def reference(y0, p):
+        return jnp.sum(
+            WEIGHTS[-1] * unrolled(ode.Tsit5(), constant_step_ends(0.0, 3.0, n), y0, p)[1]
+        )
+
+    with checking_leaks():
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(Y0, PARAMS)
+    assert relative_error(grads, jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)) <= 1e-10
+    y0s = Y0 * jnp.array([[1.0], [1.3], [0.7]])
+    batch = lambda p, y0s, adj: jnp.sum(jax.vmap(lambda y0: loss(y0, p, adj))(y0s))
+    got = jax.jit(jax.grad(lambda p, y: batch(p, y, adjoint), argnums=(0, 1)))(PARAMS, y0s)
+    want = jax.grad(lambda p, y: batch(p, y, ode.DirectAdjoint()), argnums=(0, 1))(PARAMS, y0s)
+    assert relative_error(got, want) <= 1e-10
 
 
 def test_pytree_state_gradient_matches_unrolled_loop():
@@ -614,6 +653,14 @@ def test_checkpointed_memory_grows_sublinearly():
     taped = {n: temp_bytes(n, ode.RecursiveCheckpointAdjoint()) for n in (1_000, 10_000)}
     assert taped[10_000] / taped[1_000] > 5, taped  # one state per step
     assert checkpointed[1_000] < taped[1_000]
+
+
+def test_a_memory_budget_bounds_a_known_step_count_gradient():
+    # Too small to tape: nested segments, whose memory hardly grows with the step count.
+    budget = ode.RecursiveCheckpointAdjoint(memory_budget=16 * 2**10)
+    within = {n: temp_bytes(n, budget) for n in (1_000, 100_000)}
+    assert max(within.values()) <= 24 * 2**10, within  # the budget plus XLA's scalars
+    assert within[1_000] < temp_bytes(1_000, ode.RecursiveCheckpointAdjoint()) / 4
 
 
 @pytest.mark.parametrize("controller", [None, PID], ids=["revolve", "online"])

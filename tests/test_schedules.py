@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import odesolve as ode
-from adjoints._schedule import Online, forward_steps, next_checkpoint
+from adjoints._schedule import Nested, Online, forward_steps, next_checkpoint
+from adjoints._schedule.nested import _bytes, _smallest
 
 # ------------------------------------------------------------------ binomial rule
 
@@ -274,3 +275,44 @@ def test_online_schedule_recomputation_bound():
     )
     assert len(reverse) == online_reverse_evaluations(n, slots)
     assert len(reverse) <= 3 * n
+
+
+# ------------------------------------------------------------------ nested segments
+
+
+@pytest.mark.parametrize(
+    "lengths, expected",
+    [
+        # Segments [8, 9], [4, 7], [0, 3], last first, each run once linearised.
+        ((4,), [0.8, 0.9, 0.4, 0.5, 0.6, 0.7, 0.0, 0.1, 0.2, 0.3]),
+        # Each segment of 4 run bare keeping the state before its second half (ticks 4
+        # and 5 of [4, 7]), then its halves linearised, last first.
+        ((4, 2), [0.8, 0.9, 0.4, 0.5, 0.6, 0.7, 0.4, 0.5, 0.0, 0.1, 0.2, 0.3, 0.0, 0.1]),
+    ],
+    ids=["1-level", "2-level"],
+)
+def test_nested_segments_exact_order(lengths, expected, monkeypatch):
+    monkeypatch.setattr(Nested, "fit", staticmethod(lambda ticks, *_: Nested(lengths, ticks)))
+    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    log = euler_gradient_log(10, adjoint)
+    # The forward sweep as always; the reverse sweep's last evaluation is not tick 0's
+    # (a segment is linearised forwards, then reversed without evaluations).
+    np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
+    np.testing.assert_allclose(log[10 + 1 :], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [10, 1_000, 100_000, 10_000_000])
+@pytest.mark.parametrize("budget", [2_000, 16_000, 200_000])
+def test_nested_fit_uses_the_fewest_levels_that_fit(n, budget):
+    state, row = 84, 392  # bytes of a Tsit5 state and taped step in float64, 2 states
+    nested = Nested.fit(n, state, row, budget)
+    for fewer in range(1, len(nested.lengths) if nested else 4):
+        best = _smallest(n, fewer, state, row)
+        assert best is None or _bytes(n, best, state, row) > budget
+    if nested is None:
+        return
+    lengths = nested.lengths
+    assert _bytes(n, lengths, state, row) <= budget
+    assert nested.slots * lengths[0] >= n > lengths[0]  # the segments cover the loop
+    for level in range(1, len(lengths)):
+        assert nested.level_slots(level) * lengths[level] >= lengths[level - 1] > lengths[level]

@@ -3,9 +3,11 @@
 A schedule decides during the forward sweep which states (the carry *before* tick k) to
 store and in which slot; the reverse sweep (`adjoints._checkpointed`) then restores the
 nearest stored state and recomputes forwards, placing further checkpoints in free slots by
-Griewank's binomial rule (`revolve.next_checkpoint`).
+Griewank's binomial rule (`revolve.next_checkpoint`). For a loop of known length,
+`nested` keeps states at the start of fixed segments instead, and tapes the innermost ones.
 """
 
+from .nested import Nested as Nested
 from .online import Online as Online
 from .revolve import (
     Revolve as Revolve,

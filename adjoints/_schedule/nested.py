@@ -1,0 +1,98 @@
+"""Nested segments for a loop of known length: states at the start of each segment, and
+each innermost segment taped (its steps' residuals) when it is reversed.
+
+The loop's n ticks are cut into segments of `lengths[0]` ticks whose starting states the
+forward sweep keeps; the reverse sweep takes them last to first, cuts each again into
+segments of `lengths[1]` ticks whose starting states it keeps in a second set of slots,
+and so on; an innermost segment is run once more linearising each step, taping the step's
+residuals, and reversed by applying the taped pullbacks. With one level this is the
+segment scheme of T. Chen, B. Xu, C. Zhang and C. Guestrin, "Training deep nets with
+sublinear memory cost" (arXiv:1604.06174, 2016); more levels nest it as Griewank and
+Walther's multi-level checkpointing does (A. Griewank and A. Walther, "Evaluating
+Derivatives", 2nd ed., SIAM 2008, ch. 12).
+
+Cost, with d = len(lengths) levels of states: every tick runs d times bare (the forward
+sweep, then once per deeper level), once linearised, and its pullback is applied once;
+nothing is linearised twice. Revolve (`revolve.py`) reverses the same chain in fewer
+states, but each tick it reverses is linearised again from a stored state, and its slot
+bookkeeping is decided tick by tick at run time; here every loop bound is known when the
+program is traced.
+
+Memory, with |s| bytes per state and |r| per taped step: states ceil(n / L_1) + sum over
+deeper levels of ceil(L_(i-1) / L_i), times |s|, plus L_d |r| for the tape.
+"""
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+
+# Deepest nesting tried: with three levels a chain of 1e9 ticks fits in about a thousand
+# states' worth of memory.
+_MAX_LEVELS = 3
+
+
+class Nested(eqx.Module):
+    """Segments of `lengths[i]` ticks at level i (decreasing) for a loop of exactly
+    `num_ticks` ticks; the last level's segments are taped."""
+
+    lengths: tuple[int, ...] = eqx.field(static=True)
+    num_ticks: int = eqx.field(static=True)
+
+    @property
+    def slots(self) -> int:
+        """States the forward sweep keeps: one per outermost segment."""
+        return -(-self.num_ticks // self.lengths[0])
+
+    def level_slots(self, level: int) -> int:
+        """States kept at a deeper `level` (>= 1): one per segment of its parent."""
+        return -(-self.lengths[level - 1] // self.lengths[level])
+
+    def init(self):
+        return jnp.zeros((), jnp.int32)
+
+    def next_store(self, k, unused):
+        """The first tick at or after k whose state the forward sweep keeps."""
+        length = self.lengths[0]
+        return (k + length - 1) // length * length
+
+    def store(self, k, unused, slot_index):
+        length = self.lengths[0]
+        return k % length == 0, (k // length).astype(jnp.int32), slot_index, unused
+
+    @staticmethod
+    def fit(num_ticks: int, state_bytes: int, row_bytes: int, budget: int) -> "Nested | None":
+        """The fewest levels whose states and tape fit in `budget` bytes (each level is
+        one more bare run of every tick), arranged to need the least memory; None if
+        none fits."""
+        for levels in range(1, _MAX_LEVELS + 1):
+            best = _smallest(num_ticks, levels, state_bytes, row_bytes)
+            if best is not None and _bytes(num_ticks, best, state_bytes, row_bytes) <= budget:
+                return Nested(best, num_ticks)
+        return None
+
+
+def _lengths(num_ticks: int, levels: int, leaf: int) -> tuple[int, ...]:
+    """Segment lengths for a taped segment of `leaf` ticks, each level `ratio` times its
+    inner one, the ratio the least that covers the loop."""
+    ratio = max(1, math.ceil((num_ticks / leaf) ** (1 / levels) - 1e-9))
+    while leaf * ratio ** (levels - 1) * ratio < num_ticks:
+        ratio += 1
+    return tuple(leaf * ratio ** (levels - 1 - i) for i in range(levels))
+
+
+def _bytes(num_ticks: int, lengths: tuple, state_bytes: int, row_bytes: int) -> int:
+    states = -(-num_ticks // lengths[0])
+    states += sum(-(-outer // inner) for outer, inner in zip(lengths, lengths[1:]))
+    return states * state_bytes + lengths[-1] * row_bytes
+
+
+def _smallest(num_ticks: int, levels: int, state_bytes: int, row_bytes: int):
+    """The lengths with `levels` levels that need the least memory, or None when a level
+    would be a single tick (more levels than the loop needs)."""
+    leaves = range(1, max(2, math.isqrt(num_ticks)) + 1)
+    options = [_lengths(num_ticks, levels, leaf) for leaf in leaves]
+    options = [o for o in options if all(a > b for a, b in zip(o, o[1:])) and o[0] < num_ticks]
+    if not options:
+        return None
+    return min(options, key=lambda o: (_bytes(num_ticks, o, state_bytes, row_bytes), -o[-1]))
