@@ -99,16 +99,19 @@ def _forward(loop, schedule, params, diff, init, buffers):
         free: a state not kept goes to the scratch row. (A `cond` here would, under
         `vmap`, become a select that copies every slot of every sample.) Also returns
         the row written (the scratch row if none)."""
-        store, slot, new_index, new_sched = schedule.store(k, sched, slot_index)
-        store = store & active
         if taping:  # every state, at row k
             row = jnp.where(active, k, schedule.slots)
             return rows.put_carry(slots, row, carry), slot_index, sched, row
+        if isinstance(schedule, Online):  # it leaves an inactive sample's table alone
+            store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index, active)
+        else:
+            store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index)
+        store = store & active
         row = jnp.where(store, slot, schedule.slots)
         slots = _put(slots, row, carry, packing)
-        new_index = jnp.where(store, new_index.at[slot].set(k), new_index)
-        slot_index = jnp.where(active, new_index, slot_index)
-        sched = jnp.where(active, new_sched, sched)
+        # One entry of the table written, not the whole table selected.
+        slot_index = slot_index.at[slot].set(jnp.where(store, k, slot_index[slot]))
+        sched = jtu.tree_map(lambda a, b: jnp.where(active, a, b), new_sched, sched)
         return slots, slot_index, sched, row
 
     # The loops carry (small, large): the slots, decision tape and output buffers are
@@ -133,8 +136,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         return new, rows.put_residuals(slots, row, taped)
 
     def step_tick(small, large, active):
-        k, carry, prev, slot_index, sched = small
-        slots, decisions = large
+        k, carry, prev, sched = small
+        slots, slot_index, decisions = large
         if taping:
             row = jnp.where(active, k, schedule.slots)
             new, slots = linearised_step(carry, slots, row, active)
@@ -150,19 +153,20 @@ def _forward(loop, schedule, params, diff, init, buffers):
         new = select(active, new, carry)
         prev = None if taping else select(active, carry, prev)
         decisions = decide(decisions, k, new, active)
-        return (k + active.astype(jnp.int32), new, prev, slot_index, sched), (slots, decisions)
+        small = (k + active.astype(jnp.int32), new, prev, sched)
+        return small, (slots, slot_index, decisions)
 
     def emit_tick(small, large, active):
-        k, carry, prev, slot_index, sched = small
-        slots, decisions, bufs = large
+        k, carry, prev, sched = small
+        slots, slot_index, decisions, bufs = large
         slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
         new, writes = loop.emit(params, carry)
         new = select(active, new, carry)
         prev = None if taping else select(active, carry, prev)
         decisions = decide(decisions, k, new, active)
         bufs = apply_writes(bufs, writes, active)
-        small = (k + active.astype(jnp.int32), new, prev, slot_index, sched)
-        return small, (slots, decisions, bufs)
+        small = (k + active.astype(jnp.int32), new, prev, sched)
+        return small, (slots, slot_index, decisions, bufs)
 
     def stepping(small):
         carry = small[1]
@@ -171,7 +175,7 @@ def _forward(loop, schedule, params, diff, init, buffers):
     def bare_steps(small, decisions):
         """Steps that store nothing: those before the next stored state and before the
         last tick (whose state before it is `last`), both known under `Revolve`."""
-        k, carry, prev, slot_index, sched = small
+        k, carry, prev, sched = small
         stop = jnp.minimum(schedule.next_store(k, sched), schedule.num_ticks - 1)
 
         def step(state):
@@ -184,51 +188,53 @@ def _forward(loop, schedule, params, diff, init, buffers):
             lambda s: step(s),
             (k, carry, decisions),
         )
-        return (k, carry, prev, slot_index, sched), decisions
+        return (k, carry, prev, sched), decisions
 
     def stored_step(small, large, active):
         """Under `Revolve` or `Nested`: bare steps up to the next tick that stores, then
         that tick."""
-        slots, decisions = large
+        slots, slot_index, decisions = large
         small, decisions = bare_steps(small, decisions)
-        return step_tick(small, (slots, decisions), active & stepping(small))
+        return step_tick(small, (slots, slot_index, decisions), active & stepping(small))
 
     def steps_then_emit(small, large, active):
         """Unbatched: a run of steps in an inner loop that carries no output buffers,
         then one emit (unless the loop is over: then nothing is kept or counted)."""
-        slots, decisions, bufs = large
+        *stored, bufs = large
         tick = stored_step if isinstance(schedule, (Revolve, Nested)) else step_tick
-        small, (slots, decisions) = lockstep_while(
+        small, stored = lockstep_while(
             lambda s, b: stepping(s),
             lambda s, b, a: tick(s, b, a & active),
             small,
-            (slots, decisions),
+            tuple(stored),
             False,
         )
         due = loop.pending(small[1]) & active
-        return emit_tick(small, (slots, decisions, bufs), due)
+        return emit_tick(small, (*stored, bufs), due)
 
     def emits_then_step(small, large, active):
         """Batched: the emits due, then one step. Samples emit at different ticks, so
         this order runs a step (the costly tick) once per step of the slowest sample,
         where the unbatched order would run one at every tick some sample steps."""
-        small, (slots, decisions, bufs) = lockstep_while(
+        small, (*stored, bufs) = lockstep_while(
             lambda s, b: loop.pending(s[1]),
             lambda s, b, a: emit_tick(s, b, a & active),
             small,
             large,
             True,
         )
-        small, (slots, decisions) = step_tick(small, (slots, decisions), stepping(small) & active)
-        return small, (slots, decisions, bufs)
+        small, stored = step_tick(small, tuple(stored), stepping(small) & active)
+        return small, (*stored, bufs)
 
+    # The slot table is large under `vmap` (slots x samples) and, like the slots, only
+    # written where a sample is active: it is carried with them, not selected every tick.
     first = None if taping else init
-    small = (jnp.int32(0), init, first, slot_index, schedule.init())
-    (k, final, prev, slot_index, _), (slots, decisions, buffers) = lockstep_while(
+    small = (jnp.int32(0), init, first, schedule.init())
+    (k, final, prev, _), (slots, slot_index, decisions, buffers) = lockstep_while(
         lambda s, b: loop.going(params, s[1]),
         lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
         small,
-        (slots, decisions, buffers),
+        (slots, slot_index, decisions, buffers),
         batched,
     )
     return final, buffers, _Sweep(k, slots, slot_index, prev, decisions)

@@ -78,12 +78,14 @@ def test_forward_steps_table_values():
 def test_online_thinning_keeps_multiples_of_the_stride():
     slots = 4
     schedule = Online(slots=slots)
-    stride = schedule.init()
+    state = schedule.init()
     table = jnp.full((slots,), -1, jnp.int32)
     thinnings = 0
     for k in range(41):
-        old_stride = int(stride)
-        due, slot, table, stride = schedule.store(jnp.int32(k), stride, table)
+        old_stride = int(state[0])
+        due, slot, table, state = schedule.store(jnp.int32(k), state, table)
+        stride = state[0]
+        assert int(state[1]) == int(jnp.sum(table < 0)) - int(due)  # free slots, counted
         if int(stride) != old_stride:  # a thinning happened at this tick
             thinnings += 1
             assert int(stride) == 2 * old_stride
@@ -105,9 +107,9 @@ def test_online_thinning_keeps_multiples_of_the_stride():
 def online_positions(n: int, slots: int) -> list[int]:
     """States the online schedule holds after n ticks (driving `Online.store`)."""
     schedule = Online(slots=slots)
-    stride, table = schedule.init(), jnp.full((slots,), -1, jnp.int32)
+    state, table = schedule.init(), jnp.full((slots,), -1, jnp.int32)
     for k in range(n):
-        due, slot, table, stride = schedule.store(jnp.int32(k), stride, table)
+        due, slot, table, state = schedule.store(jnp.int32(k), state, table)
         if bool(due):
             table = table.at[slot].set(k)
     return sorted(int(x) for x in table if x >= 0)

@@ -12,7 +12,9 @@ fixed; recomputation grows like the binomial schedule's for the gap length.
 """
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax.numpy as jnp
+from jax import lax
 
 
 class Online(eqx.Module):
@@ -25,21 +27,36 @@ class Online(eqx.Module):
             raise ValueError(f"Online(slots={self.slots}): online checkpointing needs >= 2.")
 
     def init(self):
-        return jnp.ones((), jnp.int32)  # the stride
+        # (stride, free slots): a count, so that a tick needs no reduction over the table.
+        return jnp.ones((), jnp.int32), jnp.asarray(self.slots, jnp.int32)
 
-    def in_order(self, stride):
+    def in_order(self, state):
         """Whether the slots still hold every tick so far, slot k holding tick k (no
         thinning yet): the reverse sweep can then run as a tape."""
-        return stride == 1
+        return state[0] == 1
 
-    def store(self, k, stride, slot_index):
-        """Whether to store the state before tick k, its slot, the new slot table and
-        the new stride. `slot_index[i]` is the tick whose state slot i holds, -1 if free."""
-        due = k % stride == 0
-        thin = due & jnp.all(slot_index >= 0)
-        stride = jnp.where(thin, 2 * stride, stride)
-        released = thin & (slot_index % stride != 0)
-        slot_index = jnp.where(released, -1, slot_index)
-        due = k % stride == 0
-        slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
-        return due, slot, slot_index, stride
+    def store(self, k, state, slot_index, active=True):
+        """Whether to store the state before tick k, its slot, the slot table after any
+        thinning (the caller writes k into the slot) and the new state. `slot_index[i]`
+        is the tick whose state slot i holds, -1 if free. Only an `active` sample (see
+        `lockstep_while`) stores or thins.
+
+        Per tick this is scalar work: the table is rewritten only when some sample thins
+        (a `cond` on any, which under `vmap` stays a branch), and searched for a free slot
+        only once some sample has thinned (before that, slot k is the free one)."""
+        stride, free = state
+        thin = active & (k % stride == 0) & (free == 0)
+
+        def thinned():
+            new_stride = jnp.where(thin, 2 * stride, stride)
+            released = thin & (slot_index >= 0) & (slot_index % new_stride != 0)
+            count = jnp.sum(released).astype(jnp.int32)
+            return new_stride, free + count, jnp.where(released, -1, slot_index)
+
+        unchanged = lambda: (stride, free, slot_index)
+        stride, free, slot_index = lax.cond(eqxi.unvmap_any(thin), thinned, unchanged)
+        due = active & (k % stride == 0)
+        first_free = lambda: jnp.argmax(slot_index < 0).astype(jnp.int32)
+        in_order = lambda: jnp.asarray(k, jnp.int32)
+        slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
+        return due, slot, slot_index, (stride, free - due.astype(jnp.int32))
