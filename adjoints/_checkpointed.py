@@ -156,13 +156,18 @@ def _forward(loop, schedule, params, diff, init, buffers):
         small = (k + active.astype(jnp.int32), new, prev, sched)
         return small, (slots, slot_index, decisions)
 
-    def emit_tick(small, large, active):
+    def emit_tick(small, large, active, in_lockstep=False):
+        """One emit. `in_lockstep`: called as the body of a `lockstep_while`, which keeps
+        an inactive sample's small carry itself (a select per leaf, not two)."""
         k, carry, prev, sched = small
         slots, slot_index, decisions, bufs = large
         slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
         new, writes = loop.emit(params, carry)
-        new = select(active, new, carry)
-        prev = None if taping else select(active, carry, prev)
+        if not in_lockstep:
+            new = select(active, new, carry)
+            prev = None if taping else select(active, carry, prev)
+        else:
+            prev = None if taping else carry
         decisions = decide(decisions, k, new, active)
         bufs = apply_writes(bufs, writes, active)
         small = (k + active.astype(jnp.int32), new, prev, sched)
@@ -218,7 +223,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         where the unbatched order would run one at every tick some sample steps."""
         small, (*stored, bufs) = lockstep_while(
             lambda s, b: loop.pending(s[1]),
-            lambda s, b, a: emit_tick(s, b, a & active),
+            # A sample inactive in the outer loop has nothing pending: `a` implies `active`.
+            lambda s, b, a: emit_tick(s, b, a & active, in_lockstep=True),
             small,
             large,
             True,
