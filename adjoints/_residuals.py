@@ -18,7 +18,10 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
+from jax.extend.core import Literal
 
 from ._packing import Packing, is_float
 
@@ -64,6 +67,23 @@ class Layout:
                 taped.append(leaf)
         self.packing = Packing.of(tuple(taped))
 
+    def fold(self, constants: dict) -> None:
+        """Make taped leaves known to be constants (taped position -> value) constants:
+        a tableau coefficient multiplying a stage is a residual of the step, traced as a
+        value but the same on every step, and need not be stored."""
+        kept = []
+        for n, (kind, i) in enumerate(self.kinds):
+            if kind != _TAPED:
+                continue
+            if i in constants:
+                self.kinds[n] = (_CONST, len(self.consts))
+                self.consts.append(constants[i])
+            else:
+                self.kinds[n] = (_TAPED, len(kept))
+                kept.append(i)
+        shapes = [(self.packing.shapes[i], self.packing.dtypes[i]) for i in kept]
+        self.packing = Packing.of(tuple(jnp.zeros(shape, dtype) for shape, dtype in shapes))
+
     def taped(self, pullback: Any) -> tuple:
         """The leaves of `pullback` (traced like the one this layout was built from) to
         store."""
@@ -79,8 +99,9 @@ class Layout:
 
 
 def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
-    """The layout of one step's pullback. Traced abstractly (`eqx.filter_eval_shape`): the step
-    is not evaluated, so a field with side effects (a callback) does not run for it.
+    """The layout of one step's pullback. Traced abstractly (`eqx.filter_make_jaxpr`): the
+    step is not evaluated, so a field with side effects (a callback) does not run for it;
+    residuals that the trace shows to be literals are constants, not taped.
     Remembered for the loop at hand: choosing a schedule, the forward sweep and the reverse
     sweep each ask for it, and tracing a step is the dearest part of compiling a gradient."""
     key = (loop, _signature(params), _signature(diff), _signature(carry))
@@ -92,14 +113,25 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
     def trace(params, carry):
         _, pullback = linearise(loop, params, diff, carry)
         found.append(Layout(pullback, params))
+        return found[0].taped(pullback)
 
-    eqx.filter_eval_shape(trace, params, carry)
+    closed = eqx.filter_make_jaxpr(trace)(params, carry)[0]
+    found[0].fold(_literals(closed.jaxpr))
     _recent.insert(0, (key, found[0]))
     del _recent[4:]  # a few solves' worth: a loop is made afresh by every solve
     return found[0]
 
 
 _recent: list = []
+
+
+def _literals(jaxpr) -> dict:
+    """Outputs of `jaxpr` that are literals: position -> value."""
+    return {
+        i: np.asarray(v.val, v.aval.dtype).reshape(v.aval.shape)
+        for i, v in enumerate(jaxpr.outvars)
+        if isinstance(v, Literal)
+    }
 
 
 def _signature(tree: Any) -> tuple:
