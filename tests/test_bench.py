@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 
 from odesolve.bench import _reference as reference
-from odesolve.bench._measure import add_ratios, compile_function, measure_case, repeats_per_entry
+from odesolve.bench._measure import (
+    add_ratios,
+    compile_function,
+    interleaved_medians,
+    measure_case,
+    repeats_per_entry,
+)
 from odesolve.bench._peers import Peer
 from odesolve.bench._problems import LOTKA_VOLTERRA_RATES, LOTKA_VOLTERRA_Y0, lotka_volterra
 from odesolve.bench._run import selection
@@ -140,6 +146,15 @@ def test_w6_shares_w3_batch_on_cpu_except_full():
         assert w6.size(mode, "cpu") == w3.size(mode, "cpu")
     assert w6.size("full", "cpu") == 2**10 and w3.size("full", "cpu") == 256
     assert w6.size("quick", "gpu") == w6.size("full", "gpu") == 2**14
+
+
+def test_groups_are_timed_one_after_another_and_interleaved_within():
+    calls = []
+    entry = lambda name: lambda: calls.append(name) or np.zeros(())
+    entries = [entry("ode"), entry("torch"), entry("dfx")]
+    medians = interleaved_medians(entries, (), [3, 2, 3], [True, False, True])
+    assert calls == ["ode", "dfx"] * 3 + ["torch"] * 2
+    assert len(medians) == 3 and all(m >= 0 for m in medians)
 
 
 def test_missing_peer_says_how_to_install():

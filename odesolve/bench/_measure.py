@@ -6,6 +6,8 @@
   gradient at W3's batch) is compiled once per run and reports that one compile time.
 - Run time: median over `repeats` rounds; each round calls every entry once, in turn, and
   blocks on its result, so load from other users of the machine hits all entries alike.
+  The compiled (XLA) entries' rounds run first, then the eager (PyTorch) entries' (see
+  `interleaved_medians`).
   With a time budget, slow cases get fewer rounds (at least 3; the row says how many);
   eager entries are budgeted apart, and sit out the rounds past their own count.
 - Memory: XLA's temp buffer size from the compiled executable (deterministic).
@@ -81,14 +83,24 @@ def timed_call(executable: Callable, inputs: tuple) -> float:
     return time.perf_counter() - start
 
 
-def interleaved_medians(executables: list, inputs: tuple, repeats: list[int]) -> list[float]:
+def interleaved_medians(
+    executables: list, inputs: tuple, repeats: list[int], groups: list | None = None
+) -> list[float]:
     """Median seconds per call of each executable, calling them in turn, round after round;
-    executable i takes part in the first `repeats[i]` rounds."""
+    executable i takes part in the first `repeats[i]` rounds. With `groups` (a key per
+    executable), each group's rounds run apart, one group after another. The bench groups
+    the XLA entries apart from the eager PyTorch ones, so that the ratio to Diffrax
+    compares calls made close together: a round with the eager entries lasts up to
+    seconds (W1, W2), and on one 2-core run W3's odesolve and Diffrax measured 30.5 and
+    30.5 ms interleaved with the PyTorch peers, 18.2 and 23.0 ms without them."""
+    groups = groups or [None] * len(executables)
     samples = [[] for _ in executables]
-    for round_index in range(max(repeats)):
-        for times, executable, count in zip(samples, executables, repeats):
-            if round_index < count:
-                times.append(timed_call(executable, inputs))
+    for group in dict.fromkeys(groups):
+        members = [i for i, g in enumerate(groups) if g == group]
+        for round_index in range(max(repeats[i] for i in members)):
+            for i in members:
+                if round_index < repeats[i]:
+                    samples[i].append(timed_call(executables[i], inputs))
     return [statistics.median(times) for times in samples]
 
 
@@ -186,7 +198,7 @@ def measure_case(
     first_calls = [row.pop("warm_s") for row in rows.values()]
     is_compiled = [row["compiled"] for row in rows.values()]
     counts = repeats_per_entry(is_compiled, first_calls, repeats, budget_s)
-    medians = interleaved_medians(executables, case.inputs, counts)
+    medians = interleaved_medians(executables, case.inputs, counts, is_compiled)
     for row, seconds, first_s, count in zip(rows.values(), medians, first_calls, counts):
         _record_time(row, seconds, first_s, count, case.batch)
     progress(
