@@ -99,7 +99,8 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
         repeats=repeats,
         method=(
             "compile_s: wall time of jax.jit(f).lower(*inputs).compile(); run_ms: median of "
-            "interleaved calls after a warm-up, each blocked on; ratio: run_ms / diffrax's in "
+            "interleaved calls after a warm-up (the compiled entries' rounds, then the eager "
+            "entries'), each blocked on; ratio: run_ms / diffrax's in "
             "the same case (W7: compile_s); compile_reused: the executable of an earlier "
             "case (same function, same input shapes) was reused; temp_bytes: XLA "
             "memory_analysis temp size; "
