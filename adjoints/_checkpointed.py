@@ -506,13 +506,14 @@ def _next_store(slot_index, index, target, moved=True, previous=None):
     the one before `target`: Griewank's binomial rule over the free slots (the target
     itself, never stored, when no slot is free). Where not `moved`, `previous` stays:
     one `cond` for both, so the rule runs only when it is needed."""
-    free = jnp.sum(slot_index < 0).astype(jnp.int32)
     otherwise = target if previous is None else jnp.where(moved, target, previous)
-    return lax.cond(
-        moved & (free > 0) & (index < target),
-        lambda: jnp.clip(next_checkpoint(index, target, free), index + 1, target),
-        lambda: otherwise,
-    )
+
+    def rule():
+        free = jnp.sum(slot_index < 0).astype(jnp.int32)
+        nxt = jnp.clip(next_checkpoint(index, target, jnp.maximum(free, 1)), index + 1, target)
+        return jnp.where(free > 0, nxt, target)
+
+    return lax.cond(moved & (index < target), rule, lambda: otherwise)
 
 
 def _reverse_recompute(
@@ -542,15 +543,17 @@ def _reverse_recompute(
         """One tick towards `target`, first storing the state before it if it is the
         next checkpoint (an inactive sample stores to the scratch slot)."""
 
-        def body(small, slots, active):
-            carry, index, nxt, slot_index = small
+        def body(small, large, active):
+            carry, index, nxt = small
+            slots, slot_index = large
             store = (index == nxt) & active
             free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
             slots = _put(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
-            slot_index = jnp.where(store, slot_index.at[free_slot].set(index), slot_index)
+            kept = jnp.where(store, index, slot_index[free_slot])
+            slot_index = slot_index.at[free_slot].set(kept)
             nxt = _next_store(slot_index, index, target, store, nxt)
             carry, index = tick(carry, index)
-            return (carry, index, nxt, slot_index), slots
+            return (carry, index, nxt), (slots, slot_index)
 
         return body
 
@@ -560,11 +563,12 @@ def _reverse_recompute(
     def body(small, large, active):
         target, index, carry, nxt, slot_index, ct_carry = small
         slots, ct_params, ct_bufs = large
-        (carry, index, nxt, slot_index), slots = lockstep_while(
+        # The slot table goes with the slots: written only where a sample stores.
+        (carry, index, nxt), (slots, slot_index) = lockstep_while(
             lambda s, b: s[1] < target,
             advance(target),
-            (carry, index, nxt, slot_index),
-            slots,
+            (carry, index, nxt),
+            (slots, slot_index),
             batched,
         )
         reverse = lambda c, b: _tick_vjp(loop, params, carry, scratch, c, b, diff)
