@@ -14,8 +14,8 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
   2 n / s ticks with the slots free at the time.
 - nested segments, d levels (n known, no `checkpoints` given, the tape too large): a few
-  hundred |c| and a short tape of |r| rows even for n = 1e5; every tick is recomputed d
-  times bare and linearised once, and no tick is linearised twice (`Nested`). The
+  hundred |c| and a short tape of |r| rows even for n = 1e5; every tick runs d times
+  bare (the forward sweep's included) and once linearised, never twice (`Nested`). The
   binomial rule needs fewer states for the same recomputation, but linearises each tick
   again in the reverse sweep: at a like memory, nested segments are faster.
 

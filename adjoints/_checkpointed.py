@@ -102,10 +102,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         if taping:  # every state, at row k
             row = jnp.where(active, k, schedule.slots)
             return rows.put_carry(slots, row, carry), slot_index, sched, row
-        if isinstance(schedule, Online):  # it leaves an inactive sample's table alone
-            store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index, active)
-        else:
-            store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index)
+        # A schedule leaves an inactive sample's table as it is.
+        store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index, active)
         store = store & active
         row = jnp.where(store, slot, schedule.slots)
         slots = _put(slots, row, carry, packing)

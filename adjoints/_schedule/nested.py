@@ -56,7 +56,7 @@ class Nested(eqx.Module):
         length = self.lengths[0]
         return (k + length - 1) // length * length
 
-    def store(self, k, unused, slot_index):
+    def store(self, k, unused, slot_index, active=True):
         length = self.lengths[0]
         return k % length == 0, (k // length).astype(jnp.int32), slot_index, unused
 

@@ -134,9 +134,9 @@ class Revolve(eqx.Module):
         position = positions[jnp.minimum(pointer, positions.shape[0] - 1)]
         return jnp.where(position < 0, self.num_ticks + 1, jnp.maximum(position, k))
 
-    def store(self, k, pointer, slot_index):
+    def store(self, k, pointer, slot_index, active=True):
         """Whether to store the state before tick k, its slot, and the new schedule
-        state and slot table."""
+        state and slot table (`active` is the caller's to apply: the table is unchanged)."""
         positions = self._positions()
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
         return store, pointer, slot_index, pointer + store.astype(jnp.int32)

@@ -14,5 +14,5 @@ class Tape(eqx.Module):
     def init(self):
         return jnp.zeros((), jnp.int32)
 
-    def store(self, k, unused, slot_index):
+    def store(self, k, unused, slot_index, active=True):
         return jnp.asarray(True), k.astype(jnp.int32), slot_index, unused
