@@ -209,9 +209,9 @@ def test_gradient_through_a_field_with_branches_matches_direct(checkpoints):
     assert relative_error(grad, direct) <= 1e-10
 
 
-def test_revolve_gradient_matches_unrolled_loop():
-    n = 20  # fixed steps and static times: the binomial schedule, recomputing
-    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=3)
+def _constant_steps_loss(n, adjoint):
+    """Weighted y(3) of n constant Tsit5 steps on [0, 3], as a function of (y0, p), and
+    its reference: the same steps unrolled in Python."""
 
     def loss(y0, p):
         sol = ode.diffeqsolve(
@@ -232,6 +232,12 @@ def test_revolve_gradient_matches_unrolled_loop():
             WEIGHTS[-1] * unrolled(ode.Tsit5(), constant_step_ends(0.0, 3.0, n), y0, p)[1]
         )
 
+    return loss, reference
+
+
+def test_revolve_gradient_matches_unrolled_loop():
+    # Fixed steps and static times: the binomial schedule, recomputing.
+    loss, reference = _constant_steps_loss(20, ode.RecursiveCheckpointAdjoint(checkpoints=3))
     grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(Y0, PARAMS)
     ref = jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)
     assert relative_error(grads, ref) <= 1e-10
@@ -245,41 +251,24 @@ def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
     n = 23
     monkeypatch.setattr(Nested, "fit", staticmethod(lambda ticks, *_: Nested(lengths, ticks)))
     adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
-
-    def loss(y0, p, adjoint=adjoint):
-        sol = ode.diffeqsolve(
-            ode.ODETerm(lotka_volterra),
-            ode.Tsit5(),
-            0.0,
-            3.0,
-            3.0 / n,
-            y0,
-            p,
-            adjoint=adjoint,
-            max_steps=n,
-        )
-        return jnp.sum(WEIGHTS[-1] * sol.ys[-1])
-
-    def reference(y0, p):
-        return jnp.sum(
-            WEIGHTS[-1] * unrolled(ode.Tsit5(), constant_step_ends(0.0, 3.0, n), y0, p)[1]
-        )
+    loss, reference = _constant_steps_loss(n, adjoint)
+    direct = _constant_steps_loss(n, ode.DirectAdjoint())[0]
 
     with checking_leaks():
         grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(Y0, PARAMS)
     assert relative_error(grads, jax.grad(reference, argnums=(0, 1))(Y0, PARAMS)) <= 1e-10
     y0s = Y0 * jnp.array([[1.0], [1.3], [0.7]])
-    batch = lambda p, y0s, adj: jnp.sum(jax.vmap(lambda y0: loss(y0, p, adj))(y0s))
-    got = jax.jit(jax.grad(lambda p, y: batch(p, y, adjoint), argnums=(0, 1)))(PARAMS, y0s)
-    want = jax.grad(lambda p, y: batch(p, y, ode.DirectAdjoint()), argnums=(0, 1))(PARAMS, y0s)
+    batch = lambda f: lambda p, y0s: jnp.sum(jax.vmap(lambda y0: f(y0, p))(y0s))
+    got = jax.jit(jax.grad(batch(loss), argnums=(0, 1)))(PARAMS, y0s)
+    want = jax.grad(batch(direct), argnums=(0, 1))(PARAMS, y0s)
     assert relative_error(got, want) <= 1e-10
     if len(lengths) == 2:  # forward over reverse: the nested sweeps under jvp
 
-        def hvp(adj):
-            grad = jax.grad(lambda p: loss(Y0, p, adj))
+        def hvp(f):
+            grad = jax.grad(lambda p: f(Y0, p))
             return jax.jit(lambda p, v: jax.jvp(grad, (p,), (v,))[1])(PARAMS, jnp.ones(4))
 
-        assert relative_error(hvp(adjoint), hvp(ode.DirectAdjoint())) <= 1e-9
+        assert relative_error(hvp(loss), hvp(direct)) <= 1e-9
 
 
 def test_pytree_state_gradient_matches_unrolled_loop():
