@@ -37,7 +37,7 @@ from ._checkpointed import checkpointed_loop, num_ticks_bound
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
-from ._schedule import Nested, Online, Revolve, Tape
+from ._schedule import Nested, Online, Revolve, Segments, Tape
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. Every stored byte is written once and read once, and a
@@ -139,6 +139,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
                 if nested is not None:
                     return nested
+            if loop.num_steps is None:
+                segments = Segments.fit(bound, per_state, per_tick, per_solve)
+                if segments is not None:
+                    return segments
             slots = max(2, per_solve // max(per_slot, 1))
         if slots >= bound:
             return Tape(bound)

@@ -31,6 +31,7 @@ from ._residuals import linearise, tape_rows
 from ._schedule.nested import Nested
 from ._schedule.online import Online
 from ._schedule.revolve import Revolve, next_checkpoint
+from ._schedule.segments import Segments
 from ._schedule.tape import Tape
 
 
@@ -67,13 +68,15 @@ def _forward(loop, schedule, params, diff, init, buffers):
     "youturn" starts from it, so the last stretch of the sweep is not recomputed.
 
     Taping (`Tape`) stores each step's residuals instead of the carry before it (see
-    `_residuals`), and the carry before each emit.
+    `_residuals`), and the carry before each emit. `Segments` tapes likewise into rows
+    reused segment after segment, and keeps the state before each segment.
 
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
     packing = Packing.of(init)
     batched = loop.batch_size > 1
-    taping = isinstance(schedule, Tape)
+    segmented = isinstance(schedule, Segments)
+    taping = segmented or isinstance(schedule, Tape)
     # Online slots also keep the residuals of the step from each stored state.
     linearising = taping or isinstance(schedule, Online)
     layout, rows = (None, None)
@@ -81,9 +84,12 @@ def _forward(loop, schedule, params, diff, init, buffers):
         layout, rows = tape_rows(loop, params, diff, init, combined=not taping)
     # One extra row: a state that is not kept is written there, so that storing is a
     # plain row write every tick rather than a branch carrying all the slots.
-    slots = (rows or packing).empty(schedule.slots + 1)
+    tape_length = schedule.length if segmented else schedule.slots
+    slots = (rows or packing).empty(tape_length + 1)
     slot_index = jnp.full((schedule.slots,), -1, jnp.int32)
-    replaying = loop.decision is not None and not taping
+    if segmented:  # in the table's place: the state before each segment
+        slot_index = packing.empty(schedule.slots + 1)
+    replaying = loop.decision is not None and not isinstance(schedule, Tape)
     decisions = _decision_tape(loop, init, num_ticks_bound(loop)) if replaying else None
 
     def decide(decisions, k, carry, active):
@@ -94,13 +100,25 @@ def _forward(loop, schedule, params, diff, init, buffers):
         row = jnp.where(active, k + 1, 0)
         return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
 
+    def tape_row(k, active):
+        """Tick k's tape row (the scratch row where not `active`)."""
+        return jnp.where(active, k % tape_length if segmented else k, tape_length)
+
+    def keep_segment_start(states, k, carry, active):
+        """`Segments`: store the carry before tick k if k starts a segment."""
+        if not segmented:
+            return states
+        starts = active & (k % tape_length == 0)
+        return _put(states, jnp.where(starts, k // tape_length, schedule.slots), carry, packing)
+
     def record(k, carry, slots, slot_index, sched, active=True):
         """Store the carry before tick k if the schedule says so (and `active`). Branch
         free: a state not kept goes to the scratch row. (A `cond` here would, under
         `vmap`, become a select that copies every slot of every sample.) Also returns
         the row written (the scratch row if none)."""
-        if taping:  # every state, at row k
-            row = jnp.where(active, k, schedule.slots)
+        if taping:  # every state, at its tick's row
+            row = tape_row(k, active)
+            slot_index = keep_segment_start(slot_index, k, carry, active)
             return rows.put_carry(slots, row, carry), slot_index, sched, row
         # A schedule leaves an inactive sample's table as it is.
         store, slot, slot_index, new_sched = schedule.store(k, sched, slot_index, active)
@@ -128,7 +146,10 @@ def _forward(loop, schedule, params, diff, init, buffers):
         plain = lambda: (loop.body(params, carry), rows.zero_residuals())
         if batched:
             skip = lambda: (carry, rows.zero_residuals())
-            new, taped = if_any(active & keep, step, lambda: if_any(active, plain, skip))
+            if keep is True:  # no plain step to compile
+                new, taped = if_any(active, step, skip)
+            else:
+                new, taped = if_any(active & keep, step, lambda: if_any(active, plain, skip))
         else:
             new, taped = step() if keep is True else lax.cond(keep, step, plain)
         return new, rows.put_residuals(slots, row, taped)
@@ -137,8 +158,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         k, carry, prev, sched = small
         slots, slot_index, decisions = large
         if taping:
-            row = jnp.where(active, k, schedule.slots)
-            new, slots = linearised_step(carry, slots, row, active)
+            slot_index = keep_segment_start(slot_index, k, carry, active)
+            new, slots = linearised_step(carry, slots, tape_row(k, active), active)
         elif linearising:
             slots, slot_index, sched, row = record(k, carry, slots, slot_index, sched, active)
             # Residuals serve only while the slots hold every tick in order.
@@ -350,11 +371,12 @@ def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
-def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=True):
-    """Every tick is on the tape: reverse tick by tick, no recomputation. `start` holds the
-    cotangents (of the final carry, of the parameters so far) to begin from; when not
-    `enabled` no tick runs and they come back unchanged. Returns those of (the initial
-    carry, the parameters) and what is left of the output cotangents.
+def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
+    """Ticks `span` = (first, last) are on the tape `slots`, tick k at row k - first:
+    reverse them tick by tick, no recomputation. `start` holds the cotangents (of the
+    carry after `last`, of the parameters so far) to begin from; where last < first no
+    tick runs and they come back unchanged. Returns those of (the carry before `first`,
+    the parameters) and what is left of the output cotangents.
 
     `rows`: (layout, `TapeRows`) of the rows, which hold each step's residuals (taping;
     online slots, beside the state, when they never had to thin): a step's VJP is its
@@ -365,22 +387,22 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=Tr
     so that under `vmap`, where the samples move in lockstep, the expensive tick (a
     step's VJP) runs once per step of the slowest sample, not once per tick of any kind."""
     params_f, params_s = eqx.partition(params, diff)
-    n, slots = sweep.n, sweep.slots
+    lo, hi = span
     ct_final, ct_params = start
     batched = loop.batch_size > 1
 
     layout, tape = rows
-    carry_at = lambda k: tape.carry(slots, k)
+    carry_at = lambda k: tape.carry(slots, k - lo)
     if tape.combined:  # a state in every row: the tick's kind is read from it
         is_carry = lambda k: loop.pending(carry_at(k))
     else:
-        is_carry = lambda k: tape.is_carry(slots, k)
+        is_carry = lambda k: tape.is_carry(slots, k - lo)
 
     def step_vjp(k, ct_carry):
-        dp, dc = layout.rebuild(tape.residuals(slots, k), params)(ct_carry)
+        dp, dc = layout.rebuild(tape.residuals(slots, k - lo), params)(ct_carry)
         return dc, dp
 
-    example_f, example_s = _split(carry_at(0))
+    example_f, example_s = _split(carry_at(lo))
     emit_reads_params = any(
         _read_leaves(_emit_fn(loop, params_s, example_s), params_f, example_f)[0]
     )
@@ -398,10 +420,10 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=Tr
         return (k - 1, dc), (ct_params, ct_bufs)
 
     def is_emit(k):
-        return (k >= 0) & is_carry(jnp.maximum(k, 0))
+        return (k >= lo) & is_carry(jnp.maximum(k, lo))
 
     def is_step(k):
-        return (k >= 0) & ~is_carry(jnp.maximum(k, 0))
+        return (k >= lo) & ~is_carry(jnp.maximum(k, lo))
 
     # The parameter cotangent is accumulated outside every `cond`: under `vmap` it is one
     # array per sample (a whole network's worth), which a `cond` would copy.
@@ -414,10 +436,10 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=Tr
             large,
             True,
         )
-        stepping = active & (k >= 0)
+        stepping = active & (k >= lo)
         dc, dp = if_any(
             stepping,
-            lambda: step_vjp(jnp.maximum(k, 0), ct_carry),
+            lambda: step_vjp(jnp.maximum(k, lo), ct_carry),
             lambda: (ct_carry, jtu.tree_map(jnp.zeros_like, params_f)),
         )
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
@@ -457,15 +479,15 @@ def _reverse_tape(loop, params, diff, sweep, start, ct_buffers, rows, enabled=Tr
         stepped = lambda c: jnp.where(k < first, jnp.zeros_like(c), c)
         small = (k, with_live(jtu.tree_map(stepped, ct_carry), values))
         return lax.cond(
-            k >= 0,
+            k >= lo,
             lambda: emit_tick(small, (ct_params, ct_bufs), jnp.asarray(True)),
             lambda: (small, (ct_params, ct_bufs)),
         )
 
     (_, ct_init), (ct_params, ct_buffers) = lockstep_while(
-        lambda s, b: s[0] >= 0,
+        lambda s, b: s[0] >= lo,
         lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
-        (jnp.where(enabled, n - 1, -1), ct_final),
+        (hi, ct_final),
         (ct_params, ct_buffers),
         batched,
     )
@@ -601,6 +623,71 @@ def _reverse_recompute(
     return (small[5], ct_params), ct_buffers
 
 
+def _reverse_segments(loop, params, diff, sweep, start, ct_buffers, rows, schedule, packing):
+    """Reverse by `Segments`: the forward sweep left the last segment of each sample on
+    the tape and the state before every segment. Segments are taken last to first; each
+    but the last is first run again from its state, taping its ticks (with the first
+    sweep's step-size decisions replayed), then every segment is reversed by
+    `_reverse_tape`. Under `vmap` a sample's segments are its own (samples end at
+    different ticks); the loops run in lockstep. `start` and the result as for
+    `_reverse_tape`."""
+    length, (layout, taped_rows) = schedule.length, rows
+    n, states, decisions = sweep.n, sweep.slot_index, sweep.decisions
+    batched = loop.batch_size > 1
+
+    def retape(tape, first, end):
+        """Ticks [first, end) again from the state before `first`, taped at rows from
+        0 as the forward sweep taped them: an emit's carry, a step's residuals."""
+
+        def tick(small, tape, active):
+            k, carry = small
+            emitting = loop.pending(carry)
+            row = lambda on: jnp.where(on, k - first, length)
+            tape = taped_rows.put_carry(tape, row(active & emitting), carry)
+
+            def step():
+                new, pullback = linearise(loop, params, diff, carry)
+                return new, layout.taped(pullback)
+
+            skip = lambda: (carry, taped_rows.zero_residuals())
+            stepped, taped = if_any(active & ~emitting, step, skip)
+            tape = taped_rows.put_residuals(tape, row(active & ~emitting), taped)
+            emitted, _ = loop.emit(params, carry)  # its writes were made by the first sweep
+            new = jtu.tree_map(lambda e, s: jnp.where(emitting, e, s), emitted, stepped)
+            if decisions is not None:
+                new = loop.replay(new, decisions[k + 1])
+            return (k + 1, new), tape
+
+        carry = _get(states, first // length, packing)
+        small = (first, carry)
+        return lockstep_while(lambda s, t: s[0] < end, tick, small, tape, batched)[1]
+
+    def segment(small, large, active):
+        first, ct_carry = small
+        tape, ct_params, ct_bufs = large
+        end = jnp.minimum(first + length, n)
+        # The last segment is on the tape already; a finished sample runs nothing.
+        tape = retape(tape, first, jnp.where(active & (end < n), end, first))
+        span = (first, jnp.where(active, end - 1, first - 1))
+        start = (ct_carry, ct_params)
+        (ct_carry, ct_params), ct_bufs = _reverse_tape(
+            loop, params, diff, tape, span, start, ct_bufs, rows
+        )
+        return (first - length, ct_carry), (tape, ct_params, ct_bufs)
+
+    ct_final, ct_params = start
+    last_first = jnp.maximum(n - 1, 0) // length * length
+    first = jnp.where(n > 0, last_first, -length)
+    small, large = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        segment,
+        (first, ct_final),
+        (sweep.slots, ct_params, ct_buffers),
+        batched,
+    )
+    return (small[1], large[1]), large[2]
+
+
 def _reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
     """Reverse a loop of steps only (no emits) by `Nested` segments: the forward sweep
     kept the state before each outermost segment; each segment, last first, is run again
@@ -715,7 +802,11 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     rest = (scratch, Packing.of(init))
     if isinstance(schedule, Tape):
         rows = tape_rows(loop, params, diff, init)
-        (ct_init, ct_params), _ = _reverse_tape(*fixed, start, ct_buffers, rows)
+        span = (jnp.int32(0), sweep.n - 1)
+        (ct_init, ct_params), _ = _reverse_tape(loop, params, diff, sweep.slots, span, start, ct_buffers, rows)
+    elif isinstance(schedule, Segments):
+        rows = tape_rows(loop, params, diff, init)
+        (ct_init, ct_params), _ = _reverse_segments(*fixed, start, ct_buffers, rows, schedule, rest[1])
     elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
@@ -723,7 +814,8 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
         rows = tape_rows(loop, params, diff, init, combined=True)
-        start, ct_buffers = _reverse_tape(*fixed, start, ct_buffers, rows, as_tape)
+        span = (jnp.int32(0), jnp.where(as_tape, sweep.n - 1, -1))
+        start, ct_buffers = _reverse_tape(loop, params, diff, sweep.slots, span, start, ct_buffers, rows)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     elif isinstance(schedule, Nested):
         rows = tape_rows(loop, params, diff, init)

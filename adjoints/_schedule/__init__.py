@@ -4,7 +4,8 @@ A schedule decides during the forward sweep which states (the carry *before* tic
 store and in which slot; the reverse sweep (`adjoints._checkpointed`) then restores the
 nearest stored state and recomputes forwards, placing further checkpoints in free slots by
 Griewank's binomial rule (`revolve.next_checkpoint`). For a loop of known length,
-`nested` keeps states at the start of fixed segments instead, and tapes the innermost ones.
+`nested` keeps states at the start of fixed segments instead, and tapes the innermost ones;
+for a loop known only by its bound, `segments` tapes one segment at a time.
 """
 
 from .nested import Nested as Nested
@@ -21,4 +22,5 @@ from .revolve import (
 from .revolve import (
     next_checkpoint as next_checkpoint,
 )
+from .segments import Segments as Segments
 from .tape import Tape as Tape
