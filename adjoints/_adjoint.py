@@ -11,6 +11,10 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   pullback, and no step is evaluated again.
 - binomial, s slots (n known): s |c| bytes; t n - beta(s + 1, t - 1) ticks are
   recomputed in all (Griewank), plus the VJPs.
+- taped segments of L ticks (n unknown, bound N, no `checkpoints` given, the tape too
+  large): (L + 1) |r| + (N / L + 1) |c| bytes; a solve of n <= L ticks is reversed as a
+  tape, a longer one runs each tick outside its last segment once more, linearised
+  (`Segments`).
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
   2 n / s ticks with the slots free at the time.
 - nested segments, d levels (n known, no `checkpoints` given, the tape too large): a few
@@ -84,11 +88,14 @@ def carry_bytes(init: Any) -> int:
     return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
-def row_bytes(loop: Loop, params: Any, init: Any) -> tuple[int, int, int]:
+def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int, int, int]:
     """Bytes of (a stored state; a taping row: the larger of a state and a step's
-    residuals; an online slot: a state and the residuals beside it), every float
-    parameter taken as differentiated (an upper bound)."""
-    diff = jtu.tree_map(lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact), params)
+    residuals; an online slot: a state and the residuals beside it) when the parameter
+    leaves `diff` says are differentiated; None: every float one (an upper bound). The
+    sweeps size their rows with the same `diff`, and so reuse this trace of the step."""
+    if diff is None:
+        is_float = lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
+        diff = jtu.tree_map(is_float, params)
     _, taped = tape_rows(loop, params, diff, init)
     online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
     size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
@@ -102,8 +109,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
     - `checkpoints`: number of loop states kept for the reverse sweep. None (default):
       tape every step (its residuals: no recomputation) when the tape fits in
       `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
-      with concrete times, `StepTo`), nested segments within the budget, and failing
-      those as many states as fit. A count of at least the loop's bound tapes. With a
+      with concrete times, `StepTo`), nested segments within the budget; with an
+      unknown number (adaptive steps), taped segments: the longest tape of steps that
+      fits beside the state before each segment of the bound, so that a solve that
+      ends within one segment recomputes nothing; failing those, as many states as
+      fit. A count of at least the loop's bound tapes. With a
       count and a known number of steps, states are placed by Griewank's binomial rule
       (optimal for that count); with an unknown number, by online thinning, which
       behaves as taping for as long as the states taken so far fit.
@@ -123,16 +133,17 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 "least 2 (or None to choose from memory_budget)."
             )
 
-    def schedule(self, loop: Loop, init: Any, params: Any = None):
+    def schedule(self, loop: Loop, init: Any, params: Any = None, diff: Any = None):
         """The checkpoint schedule this adjoint uses for `loop`. With `params`, taping is
-        sized by its rows (a step's residuals, or a state, whichever is larger)."""
+        sized by its rows (a step's residuals, or a state, whichever is larger) for the
+        parameter leaves `diff` marks differentiated (None: every float one)."""
         bound = num_ticks_bound(loop)
         slots = self.checkpoints
         if slots is None:
             per_solve = self.memory_budget // max(loop.batch_size, 1)
             per_state = per_tick = per_slot = carry_bytes(init)
             if params is not None:
-                per_state, per_tick, per_slot = row_bytes(loop, params, init)
+                per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
             if per_solve // max(per_tick, 1) >= bound:
                 return Tape(bound)
             if loop.num_steps is not None and loop.max_emits == 0 and loop.decision is None:

@@ -270,7 +270,7 @@ class _Sweep(eqx.Module):
 
     n: Any  # ticks taken
     slots: Any  # stored carries, packed; one scratch row at the end
-    slot_index: Any  # tick held by each slot, -1 if free
+    slot_index: Any  # tick held by each slot, -1 if free (`Segments`: the segment states)
     last: Any  # carry before the last tick (None when taping)
     decisions: Any  # step-size decision after each tick (None unless replaying)
 
@@ -775,7 +775,7 @@ def _differentiable_loop(params_and_init, buffers, *, loop, choose):
 def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
     diff = _diff(perturbed, params)
-    schedule = choose(loop, init, params)
+    schedule = choose(loop, init, params, diff)
     final, buffers, sweep = _forward(loop, schedule, params, diff, init, buffers)
     return (final, buffers), sweep
 
@@ -789,13 +789,13 @@ def _diff(perturbed, params):
 @_differentiable_loop.def_bwd
 def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
-    schedule = choose(loop, init, params)
+    diff = _diff(perturbed, params)
+    schedule = choose(loop, init, params, diff)
     ct_final, ct_buffers = grad_obj
     final_shape = jax.eval_shape(lambda: init)
     ct_final = _split(_materialise(ct_final, final_shape))[0]  # float leaves only
     ct_buffers = _materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     scratch = scratch_writes(buffers)
-    diff = _diff(perturbed, params)
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     start = (ct_final, zero_params)
     fixed = (loop, params, diff, sweep)
@@ -838,5 +838,6 @@ def _materialise(ct, shapes):
 
 def checkpointed_loop(loop: Loop, choose: Any, params: Any, init: Any, buffers: tuple):
     """Run `loop` so that reverse mode differentiates it by the schedule that
-    `choose(loop, init, params)` returns (called only when it is differentiated)."""
+    `choose(loop, init, params, diff)` returns (called only when it is differentiated;
+    `diff` says which parameter leaves are)."""
     return _differentiable_loop((params, init), buffers, loop=loop, choose=choose)

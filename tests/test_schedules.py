@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import odesolve as ode
-from adjoints._schedule import Nested, Online, forward_steps, next_checkpoint
+from adjoints._schedule import Nested, Online, Segments, forward_steps, next_checkpoint
 from adjoints._schedule.nested import _bytes, _smallest
 
 # ------------------------------------------------------------------ binomial rule
@@ -318,3 +318,33 @@ def test_nested_fit_uses_the_fewest_levels_that_fit(n, budget):
     assert nested.slots * lengths[0] >= n > lengths[0]  # the segments cover the loop
     for level in range(1, len(lengths)):
         assert nested.level_slots(level) * lengths[level] >= lengths[level - 1] > lengths[level]
+
+
+# ------------------------------------------------------------------ taped segments
+
+
+def test_taped_segments_exact_order(monkeypatch):
+    # t1 traced: the step count is unknown, so segments of 4 ticks over the bound of 10.
+    # The last segment, ticks [8, 9], is on the tape when the forward sweep ends; [4, 7]
+    # and then [0, 3] are run again from their states, each tick once. Reversing a taped
+    # tick evaluates nothing (the field is linear in y).
+    monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(4, ticks)))
+    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    log = euler_gradient_log(10, adjoint, traced_t1=True)
+    np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
+    np.testing.assert_allclose(log[10 + 1 :], [0.4, 0.5, 0.6, 0.7, 0.0, 0.1, 0.2, 0.3], atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [10, 4_096, 100_000])
+@pytest.mark.parametrize("budget", [2_000, 16_000, 4 * 2**20])
+def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
+    state, row = 84, 392
+    segments = Segments.fit(n, state, row, budget)
+    fits = lambda length: Segments.memory(length, n, state, row) <= budget
+    if segments is None:  # nothing from 2 ticks to a whole tape fits
+        assert not any(fits(length) for length in range(2, n))
+        return
+    length = segments.length
+    assert 2 <= length < n and fits(length)
+    assert segments.slots * length >= n  # the segments cover the bound
+    assert not any(fits(longer) for longer in range(length + 1, min(n, length + 2_000)))
