@@ -294,8 +294,7 @@ def test_taped_segments_gradient_matches_unrolled_loop(length, pid_reference, mo
     """Taped segments (the default adjoint's choice for adaptive steps when a tape of the
     bound does not fit): segments of 3 ticks, every one but the last run again from its
     state with the step sizes replayed, and one segment holding the whole solve. Under
-    jit with leak checks; with 3, also under vmap (samples ending at different ticks, a
-    shared and a per-sample parameter) against the tape, and forward over reverse."""
+    jit with leak checks; with 3, also under vmap and forward over reverse."""
     monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(length, ticks)))
     adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
     value_and_grad = jax.jit(jax.value_and_grad(_pid_loss, argnums=(0, 1)), static_argnums=2)
@@ -306,19 +305,15 @@ def test_taped_segments_gradient_matches_unrolled_loop(length, pid_reference, mo
     assert relative_error(grads, ref_grads) <= 1e-10
     if length != 3:
         return
-    tape = ode.RecursiveCheckpointAdjoint()
+    # Under vmap the samples end at different ticks; the rates are shared (summed over
+    # the batch), the initial states per sample. The per-sample gradients reuse the
+    # executable compiled above.
     y0s = Y0 * jnp.array([[1.0], [1.3], [0.7]])
-    scales = jnp.array([1.0, 0.9, 1.1])
-    grad = lambda adj: jax.jit(jax.grad(lambda *a: _scaled_loss(*a, adj), argnums=(0, 1)))
-    per_sample = [grad(tape)(PARAMS, s, y0) for s, y0 in zip(scales, y0s)]
-
-    def batch_loss(shared, scales):
-        losses = jax.vmap(_scaled_loss, (None, 0, 0, None))(shared, scales, y0s, adjoint)
-        return jnp.sum(losses)
-
-    shared, by_sample = jax.jit(jax.grad(batch_loss, argnums=(0, 1)))(PARAMS, scales)
-    assert relative_error(shared, sum(g[0] for g in per_sample)) <= 1e-10
-    assert relative_error(by_sample, jnp.stack([g[1] for g in per_sample])) <= 1e-10
+    per_sample = [value_and_grad(y0, PARAMS, adjoint)[1] for y0 in y0s]
+    batch_loss = lambda y0s, p: jnp.sum(jax.vmap(lambda y0: _pid_loss(y0, p, adjoint))(y0s))
+    by_sample, shared = jax.jit(jax.grad(batch_loss, argnums=(0, 1)))(y0s, PARAMS)
+    assert relative_error(shared, sum(g[1] for g in per_sample)) <= 1e-10
+    assert relative_error(by_sample, jnp.stack([g[0] for g in per_sample])) <= 1e-10
 
     # Forward over reverse (the re-taping loop under jvp), against central differences
     # of the gradient (float64, step 1e-5; the differences see the controller's
@@ -332,9 +327,9 @@ def test_taped_segments_gradient_matches_unrolled_loop(length, pid_reference, mo
 
 def test_default_adjoint_tapes_segments_when_the_bound_does_not_fit(monkeypatch):
     """16 vmapped adaptive solves with max_steps=4096: a tape of the bound would need
-    more than the 4 MiB budget, so the default adjoint tapes segments (here longer than
-    the solve: nothing is recomputed). Same gradient as a tape of the bound
-    max_steps=256 gives."""
+    more than the 4 MiB budget, so the default adjoint tapes segments; with
+    max_steps=256 the tape fits. (Traced, not compiled: the gradients through segments
+    are checked above.)"""
     chosen = []
     fit = Segments.fit
     monkeypatch.setattr(
@@ -347,12 +342,13 @@ def test_default_adjoint_tapes_segments_when_the_bound_does_not_fit(monkeypatch)
         losses = jax.vmap(lambda p: _pid_loss(Y0, p, adjoint, max_steps))(batch)
         return jnp.sum(losses)
 
-    got = jax.jit(jax.grad(loss), static_argnums=1)(batch, 4096)
-    assert chosen and all(isinstance(c, Segments) and c.length < 4096 for c in chosen)
+    jax.jit(jax.grad(loss), static_argnums=1).lower(batch, 4096)
+    assert chosen and all(isinstance(c, Segments) for c in chosen)
+    # The longest segments that fit: far more than this solve's ~50 ticks.
+    assert 50 < chosen[0].length < 4096
     count = len(chosen)
-    want = jax.jit(jax.grad(loss), static_argnums=1)(batch, MAX_STEPS)
-    assert len(chosen) == count  # the tape of 256 ticks fits: no segments
-    assert relative_error(got, want) <= 1e-12
+    jax.jit(jax.grad(loss), static_argnums=1).lower(batch, MAX_STEPS)
+    assert len(chosen) == count
 
 
 def test_pytree_state_gradient_matches_unrolled_loop():
