@@ -799,14 +799,16 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     start = (ct_final, zero_params)
     fixed = (loop, params, diff, sweep)
+    taped = (loop, params, diff, sweep.slots)  # `_reverse_tape`'s first arguments
     rest = (scratch, Packing.of(init))
     if isinstance(schedule, Tape):
         rows = tape_rows(loop, params, diff, init)
         span = (jnp.int32(0), sweep.n - 1)
-        (ct_init, ct_params), _ = _reverse_tape(loop, params, diff, sweep.slots, span, start, ct_buffers, rows)
+        (ct_init, ct_params), _ = _reverse_tape(*taped, span, start, ct_buffers, rows)
     elif isinstance(schedule, Segments):
         rows = tape_rows(loop, params, diff, init)
-        (ct_init, ct_params), _ = _reverse_segments(*fixed, start, ct_buffers, rows, schedule, rest[1])
+        segments = (rows, schedule, rest[1])
+        (ct_init, ct_params), _ = _reverse_segments(*fixed, start, ct_buffers, *segments)
     elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
@@ -815,7 +817,7 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
         rows = tape_rows(loop, params, diff, init, combined=True)
         span = (jnp.int32(0), jnp.where(as_tape, sweep.n - 1, -1))
-        start, ct_buffers = _reverse_tape(loop, params, diff, sweep.slots, span, start, ct_buffers, rows)
+        start, ct_buffers = _reverse_tape(*taped, span, start, ct_buffers, rows)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     elif isinstance(schedule, Nested):
         rows = tape_rows(loop, params, diff, init)
