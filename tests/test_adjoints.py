@@ -153,24 +153,27 @@ ADAPTIVE_ADJOINTS = {
 }
 
 
+def _pid_loss(y0, p, adjoint, max_steps=MAX_STEPS):
+    """The adaptive solve of `pid_reference`, saving at SAVE_TS and t1."""
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lotka_volterra),
+        ode.Tsit5(),
+        0.0,
+        3.0,
+        None,
+        y0,
+        p,
+        saveat=ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True),
+        stepsize_controller=PID,
+        adjoint=adjoint,
+        max_steps=max_steps,
+    )
+    return jnp.sum(WEIGHTS * sol.ys)
+
+
 @pytest.mark.parametrize("name", list(ADAPTIVE_ADJOINTS))
 def test_adaptive_gradient_matches_unrolled_loop(name, pid_reference):
-    def loss(y0, p):
-        sol = ode.diffeqsolve(
-            ode.ODETerm(lotka_volterra),
-            ode.Tsit5(),
-            0.0,
-            3.0,
-            None,
-            y0,
-            p,
-            saveat=ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True),
-            stepsize_controller=PID,
-            adjoint=ADAPTIVE_ADJOINTS[name],
-            max_steps=MAX_STEPS,
-        )
-        return jnp.sum(WEIGHTS * sol.ys)
-
+    loss = functools.partial(_pid_loss, adjoint=ADAPTIVE_ADJOINTS[name])
     ref_value, ref_grads = pid_reference
     value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(Y0, PARAMS)
     assert abs(float(value - ref_value)) <= 1e-12 * abs(float(ref_value))
@@ -269,24 +272,6 @@ def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
             return jax.jit(lambda p, v: jax.jvp(grad, (p,), (v,))[1])(PARAMS, jnp.ones(4))
 
         assert relative_error(hvp(loss), hvp(direct)) <= 1e-9
-
-
-def _pid_loss(y0, p, adjoint, max_steps=MAX_STEPS):
-    """The adaptive solve of `pid_reference`, saving at SAVE_TS and t1."""
-    sol = ode.diffeqsolve(
-        ode.ODETerm(lotka_volterra),
-        ode.Tsit5(),
-        0.0,
-        3.0,
-        None,
-        y0,
-        p,
-        saveat=ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True),
-        stepsize_controller=PID,
-        adjoint=adjoint,
-        max_steps=max_steps,
-    )
-    return jnp.sum(WEIGHTS * sol.ys)
 
 
 @pytest.mark.parametrize("length", [3, 100], ids=["re-taped", "one-segment"])
