@@ -116,22 +116,27 @@ def constant_step_ends(t0, t1, n):
     return [t0 + (t1 - t0) * (k / n) for k in range(1, n)] + [t1]
 
 
-@pytest.fixture(scope="module")
-def pid_reference():
-    """Accepted step ends of the adaptive solve, and the unrolled gradient of the loss."""
-    sol = ode.diffeqsolve(
+def _pid_solve(y0, p, adjoint, saveat, max_steps=MAX_STEPS):
+    """Lotka-Volterra on [0, 3], Tsit5, PID 1e-8, dt0 chosen by the controller."""
+    return ode.diffeqsolve(
         ode.ODETerm(lotka_volterra),
         ode.Tsit5(),
         0.0,
         3.0,
         None,
-        Y0,
-        PARAMS,
-        saveat=ode.SaveAt(steps=True),
+        y0,
+        p,
+        saveat=saveat,
         stepsize_controller=PID,
-        adjoint=ode.ForwardMode(),
-        max_steps=MAX_STEPS,
+        adjoint=adjoint,
+        max_steps=max_steps,
     )
+
+
+@pytest.fixture(scope="module")
+def pid_reference():
+    """Accepted step ends of the adaptive solve, and the unrolled gradient of the loss."""
+    sol = _pid_solve(Y0, PARAMS, ode.ForwardMode(), ode.SaveAt(steps=True))
     ends = [float(t) for t in sol.ts if np.isfinite(t)]
     assert len(ends) > 30 and ends[-1] == 3.0
 
@@ -154,20 +159,8 @@ ADAPTIVE_ADJOINTS = {
 
 
 def _pid_loss(y0, p, adjoint, max_steps=MAX_STEPS):
-    """The adaptive solve of `pid_reference`, saving at SAVE_TS and t1."""
-    sol = ode.diffeqsolve(
-        ode.ODETerm(lotka_volterra),
-        ode.Tsit5(),
-        0.0,
-        3.0,
-        None,
-        y0,
-        p,
-        saveat=ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True),
-        stepsize_controller=PID,
-        adjoint=adjoint,
-        max_steps=max_steps,
-    )
+    """The loss of the adaptive solve that `pid_reference` unrolls."""
+    sol = _pid_solve(y0, p, adjoint, ode.SaveAt(ts=jnp.array(SAVE_TS), t1=True), max_steps)
     return jnp.sum(WEIGHTS * sol.ys)
 
 
