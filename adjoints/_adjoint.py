@@ -113,10 +113,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       unknown number (adaptive steps), taped segments: the longest tape of steps that
       fits beside the state before each segment of the bound, so that a solve that
       ends within one segment recomputes nothing; failing those, as many states as
-      fit. A count of at least the loop's bound tapes. With a
-      count and a known number of steps, states are placed by Griewank's binomial rule
-      (optimal for that count); with an unknown number, by online thinning, which
-      behaves as taping for as long as the states taken so far fit.
+      fit. A count of at least the loop's bound tapes. With a count and a known number
+      of steps, states are placed by Griewank's binomial rule (optimal for that count);
+      with an unknown number, by online thinning, which behaves as taping for as long
+      as the states taken so far fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None (default
       4 MiB), shared by the samples when `diffeqsolve` is called directly under `vmap`.
       The states are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
