@@ -12,12 +12,14 @@ A custom-VJP backward pass may return an unbatched cotangent for an unbatched in
 JAX sums a batched one itself, and passes an unbatched one through as it is.
 """
 
+import equinox as eqx
 import jax
 import jax.extend.core
 import jax.interpreters.ad as ad
 import jax.interpreters.batching as batching
 import jax.interpreters.mlir as mlir
 import jax.numpy as jnp
+import jax.tree_util as jtu
 
 sum_over_batch_p = jax.extend.core.Primitive("sum_over_batch")
 
@@ -56,3 +58,58 @@ ad.primitive_transposes[sum_over_batch_p] = _transpose
 mlir.register_lowering(
     sum_over_batch_p, mlir.lower_fun(lambda cotangent, param: cotangent, multiple_results=False)
 )
+
+
+# --------------------------------------------------------------------------- batched VJP
+
+
+def masked_vjp(layout, taped, params, diff, ct, mask):
+    """The VJP of a taped step where `mask`, zero elsewhere: (cotangents of the carry's
+    float leaves, of the differentiated parameters), given the new carry's.
+
+    `layout` rebuilds the step's linearisation from `taped` (its stored residuals) and
+    `params`. Under `vmap` the samples' VJPs are taken together: the linearisation is
+    batched first and transposed after, so a parameter the samples share gets its
+    cotangent from one matrix product over the batch (the transpose of a batched
+    product), rather than one outer product per sample summed afterwards; it comes out
+    unbatched. A masked-out sample takes part with a zero cotangent and the residuals of
+    an active sample, which are finite wherever the gradient is: its own row may be
+    stale or never written."""
+    arrays, static = eqx.partition(params, eqx.is_array)
+    pf_shapes, cf_shapes = layout.tangents
+    linearised = lambda taped, arrays: layout.rebuild(taped, eqx.combine(arrays, static))
+
+    @jax.custom_batching.custom_vmap
+    def vjp(taped, ct, mask, arrays):
+        dp, dc = jax.linear_transpose(linearised(taped, arrays), pf_shapes, cf_shapes)(ct)
+        return _where(mask, dc), _where(mask, dp)
+
+    @vjp.def_vmap
+    def batched(size, in_batched, taped, ct, mask, arrays):
+        taped_b, ct_b, mask_b, arrays_b = in_batched
+        mask = mask if mask_b else jnp.broadcast_to(mask, (size,))
+        along = lambda x: mask.reshape((size,) + (1,) * (x.ndim - 1))
+        first = jnp.argmax(mask)
+        taped = tuple(jnp.where(along(r), r, r[first]) if b else r for r, b in zip(taped, taped_b))
+        ct = jtu.tree_map(lambda c, b: c if b else jnp.broadcast_to(c, (size, *c.shape)), ct, ct_b)
+        ct = jtu.tree_map(lambda c: jnp.where(along(c), c, jnp.zeros_like(c)), ct)
+        no_static = jtu.tree_map(lambda _: False, static)
+        pf_b = eqx.filter(eqx.combine(arrays_b, no_static), diff)
+        axes = lambda flags: jtu.tree_map(lambda b: 0 if b else None, flags)
+        one = lambda taped, arrays, tp, tc: linearised(taped, arrays)(tp, tc)
+        in_axes = (axes(taped_b), axes(arrays_b), axes(pf_b), 0)
+        lin = lambda tp, tc: jax.vmap(one, in_axes=in_axes)(taped, arrays, tp, tc)
+        stacked = lambda s, b=True: jax.ShapeDtypeStruct(
+            (size, *s.shape) if b else s.shape, s.dtype
+        )
+        tp_shapes = jtu.tree_map(stacked, pf_shapes, pf_b)
+        dp, dc = jax.linear_transpose(lin, tp_shapes, jtu.tree_map(stacked, cf_shapes))(ct)
+        # Under an enclosing vmap, a round may have no sample of this batch active.
+        dp = _where(jnp.any(mask), dp)
+        return (dc, dp), (jtu.tree_map(lambda _: True, dc), pf_b)
+
+    return vjp(taped, ct, mask, arrays)
+
+
+def _where(mask, tree):
+    return jtu.tree_map(lambda x: jnp.where(mask, x, jnp.zeros_like(x)), tree)

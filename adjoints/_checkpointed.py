@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
-from ._batch_sum import sum_over_batch
+from ._batch_sum import masked_vjp, sum_over_batch
 from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
 from ._packing import Packing, is_float
-from ._residuals import linearise, tape_rows
+from ._residuals import linearise, tape_rows, transposed
 from ._schedule.nested import Nested
 from ._schedule.online import Online
 from ._schedule.revolve import Revolve, next_checkpoint
@@ -320,7 +320,8 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
         return _emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers)
 
     def step_vjp(ct_buffers):
-        ct_params, ct_carry = linearise(loop, params, diff, carry)[1](ct_next)
+        lin = linearise(loop, params, diff, carry)[1]
+        ct_params, ct_carry = transposed(lin, params_f, carry_f)(ct_next)
         return ct_params, ct_carry, ct_buffers
 
     if loop.max_emits == 0:  # nothing is ever pending: no branch
@@ -399,8 +400,12 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
         is_carry = lambda k: tape.is_carry(slots, k - lo)
 
     def step_vjp(k, ct_carry):
-        dp, dc = layout.rebuild(tape.residuals(slots, k - lo), params)(ct_carry)
+        dp, dc = layout.vjp(tape.residuals(slots, k - lo), params)(ct_carry)
         return dc, dp
+
+    def masked_step_vjp(k, ct_carry, mask):
+        residuals = tape.residuals(slots, k - lo)
+        return masked_vjp(layout, residuals, params, diff, ct_carry, mask)
 
     example_f, example_s = _split(carry_at(lo))
     emit_reads_params = any(
@@ -425,10 +430,10 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
     def is_step(k):
         return (k >= lo) & ~is_carry(jnp.maximum(k, lo))
 
-    # The parameter cotangent is accumulated outside every `cond`: under `vmap` it is one
-    # array per sample (a whole network's worth), which a `cond` would copy.
     def emits_then_step(small, large, active):
-        """Batched: the run of emits after a step, then the step."""
+        """Batched: the run of emits after a step, then the step. The samples' step VJPs
+        are taken together (`masked_vjp`), so a parameter they share leaves the `cond`
+        as one array summed over the batch, not one per sample."""
         (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
             lambda s, b: is_emit(s[0]),
             lambda s, b, a: emit_tick(s, b, a & active),
@@ -439,11 +444,11 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
         stepping = active & (k >= lo)
         dc, dp = if_any(
             stepping,
-            lambda: step_vjp(jnp.maximum(k, lo), ct_carry),
+            lambda: masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping),
             lambda: (ct_carry, jtu.tree_map(jnp.zeros_like, params_f)),
         )
         ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
-        return (k - 1, ct_carry), (_accumulate(stepping, ct_params, dp, params_f), ct_bufs)
+        return (k - 1, ct_carry), (_add(ct_params, dp), ct_bufs)
 
     # Carry leaves a step reads: only their cotangents change along a run of steps. The
     # others' (an interpolation row, which only an emit reads) enter the run's first
@@ -718,10 +723,16 @@ def _reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
         def pull(i, s):
             ct, ct_params = s
             row = count - 1 - i
-            dp, dc = layout.rebuild(taped_rows.residuals(tape, row), params)(ct)
+            residuals = taped_rows.residuals(tape, row)
             taken = first + row < n
+            if loop.batch_size > 1:  # the samples' VJPs taken together
+                dc, dp = masked_vjp(layout, residuals, params, diff, ct, taken)
+                ct_params = _add(ct_params, dp)
+            else:
+                dp, dc = layout.vjp(residuals, params)(ct)
+                ct_params = _accumulate(taken, ct_params, dp, params_f)
             ct = jtu.tree_map(lambda a, b: jnp.where(taken, a, b), dc, ct)
-            return ct, _accumulate(taken, ct_params, dp, params_f)
+            return ct, ct_params
 
         ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))
         return ct, ct_params, (*store[:-1], tape)

@@ -1,13 +1,15 @@
-"""Taping a step's linearisation: the residuals of its VJP, stored step by step.
+"""Taping a step's linearisation: its residuals, stored step by step.
 
-`jax.vjp` splits a step into a forward part, which produces the step's output and the
-*residuals* (the intermediate values the transposed step needs), and a pullback that
-applies the transpose to them. Taping the residuals rather than the state before the step
-means the reverse sweep applies only the transpose: the step is never evaluated again.
-This is what `lax.scan` does under `grad`.
+`jax.linearize` splits a step into a forward part, which produces the step's output and
+the *residuals* (the intermediate values its derivative needs), and a linear map, the
+step's derivative, that reads them; the map's transpose is the step's VJP. Taping the
+residuals rather than the state before the step means the reverse sweep applies only the
+transpose: the step is never evaluated again. This is what `lax.scan` does under `grad`.
+The linear map itself, rather than a pullback (`jax.vjp`), is kept so that under `vmap`
+the samples' maps can be batched before they are transposed (see `_batch_sum.masked_vjp`).
 
-A pullback is a PyTree whose leaves are its residuals. Some of them are the same on every
-step and are not stored:
+A linearisation is a PyTree whose leaves are its residuals. Some of them are the same on
+every step and are not stored:
 - the loop's parameters themselves (a weight matrix that a layer's transpose multiplies
   by): taken from the parameters again in the reverse sweep;
 - constants (concrete arrays made while tracing): taken from a fresh trace of the step.
@@ -29,9 +31,10 @@ _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
 
 def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
-    """One step of `loop` from `carry`, and its pullback: a function of the cotangent of
-    the new carry's float leaves giving those of (the differentiated parameters, the
-    carry's float leaves). `diff`: which parameter leaves are differentiated."""
+    """One step of `loop` from `carry`, and its linearisation: a linear function of the
+    tangents of (the differentiated parameters, the carry's float leaves) giving that of
+    the new carry's float leaves (`transposed` makes it the step's VJP). `diff`: which
+    parameter leaves are differentiated."""
     params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = eqx.partition(carry, is_float)
 
@@ -39,19 +42,26 @@ def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
         return eqx.partition(new, is_float)
 
-    new_f, pullback, new_s = jax.vjp(step, params_f, carry_f, has_aux=True)
-    return eqx.combine(new_f, new_s), pullback
+    new_f, lin, new_s = jax.linearize(step, params_f, carry_f, has_aux=True)
+    return eqx.combine(new_f, new_s), lin
+
+
+def transposed(lin: Any, params_f: Any, carry_f: Any):
+    """The VJP of a step from its linearisation: (cotangent of the new carry's float
+    leaves) -> those of (`params_f`, `carry_f`); these give only shapes and dtypes."""
+    return lambda ct: jax.linear_transpose(lin, params_f, carry_f)(ct)
 
 
 class Layout:
-    """Which leaves of a step's pullback are taped, and how to put it back together.
+    """Which leaves of a step's linearisation are taped, and how to put it back together.
 
-    Built at trace time from one traced pullback; the forward and the reverse sweep each
+    Built at trace time from one traced linearisation; the forward and the reverse sweep each
     build their own from the same step, so both agree on the order of the taped leaves.
     """
 
-    def __init__(self, pullback: Any, params: Any):
-        leaves, self.treedef = jtu.tree_flatten(pullback)
+    def __init__(self, linearisation: Any, params: Any, tangents: Any):
+        self.tangents = tangents  # shapes of (differentiated params, carry float leaves)
+        leaves, self.treedef = jtu.tree_flatten(linearisation)
         param_leaves = jtu.tree_leaves(params)
         self.kinds, self.consts = [], []
         taped = []
@@ -84,22 +94,26 @@ class Layout:
         shapes = [(self.packing.shapes[i], self.packing.dtypes[i]) for i in kept]
         self.packing = Packing.of(tuple(jnp.zeros(shape, dtype) for shape, dtype in shapes))
 
-    def taped(self, pullback: Any) -> tuple:
-        """The leaves of `pullback` (traced like the one this layout was built from) to
+    def taped(self, linearisation: Any) -> tuple:
+        """The leaves of `linearisation` (traced like the one this layout was built from) to
         store."""
-        leaves = jtu.tree_leaves(pullback)
+        leaves = jtu.tree_leaves(linearisation)
         return tuple(x for x, (kind, _) in zip(leaves, self.kinds) if kind == _TAPED)
 
     def rebuild(self, taped: tuple, params: Any) -> Any:
-        """The pullback, from its stored leaves and the loop's parameters."""
+        """The step's linearisation, from its stored leaves and the loop's parameters."""
         param_leaves = jtu.tree_leaves(params)
         sources = {_TAPED: taped, _PARAM: param_leaves, _CONST: self.consts}
         leaves = [sources[kind][i] for kind, i in self.kinds]
         return jtu.tree_unflatten(self.treedef, leaves)
 
+    def vjp(self, taped: tuple, params: Any) -> Any:
+        """The step's VJP from its stored leaves and the loop's parameters."""
+        return transposed(self.rebuild(taped, params), *self.tangents)
+
 
 def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
-    """The layout of one step's pullback. Traced abstractly (`eqx.filter_make_jaxpr`): the
+    """The layout of one step's linearisation. Traced abstractly (`eqx.filter_make_jaxpr`): the
     step is not evaluated, so a field with side effects (a callback) does not run for it;
     residuals that the trace shows to be literals are constants, not taped.
     Remembered for the loop at hand: choosing a schedule, the forward sweep and the reverse
@@ -111,9 +125,10 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
     found = []
 
     def trace(params, carry):
-        _, pullback = linearise(loop, params, diff, carry)
-        found.append(Layout(pullback, params))
-        return found[0].taped(pullback)
+        _, linearisation = linearise(loop, params, diff, carry)
+        shapes = jax.eval_shape(lambda: (eqx.filter(params, diff), eqx.filter(carry, is_float)))
+        found.append(Layout(linearisation, params, shapes))
+        return found[0].taped(linearisation)
 
     closed = eqx.filter_make_jaxpr(trace)(params, carry)[0]
     found[0].fold(_literals(closed.jaxpr))

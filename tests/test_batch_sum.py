@@ -1,11 +1,13 @@
-"""`adjoints._batch_sum.sum_over_batch`: a cotangent summed over exactly the vmap axes
-that its parameter does not have."""
+"""`adjoints._batch_sum`: `sum_over_batch`, a cotangent summed over exactly the vmap axes
+that its parameter does not have; `masked_vjp`, a taped step's VJP taken for a batch at
+once, masked samples excluded."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from adjoints._batch_sum import sum_over_batch
+from adjoints._batch_sum import masked_vjp, sum_over_batch
+from adjoints._residuals import Layout
 
 XS = jnp.arange(12.0).reshape(4, 3)
 SHARED = jnp.ones(3)
@@ -42,3 +44,78 @@ def test_it_is_linear_under_jvp_and_transpose():
     np.testing.assert_allclose(value, jnp.sum(XS**2))
     np.testing.assert_allclose(tangent, jnp.sum(2 * XS))
     np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(sum_over_batch(x, SHARED)))(XS), 1.0)
+
+
+# --------------------------------------------------------------------------- masked_vjp
+
+W = jnp.array([[1.0, -2.0], [0.5, 3.0]])
+
+
+def _step(w, c):
+    """A toy step: its derivative in c is infinite at c = 0."""
+    return w @ jnp.sqrt(c)
+
+
+def _layout():
+    """Built from a traced linearisation, as `layout_of` builds one."""
+    found = []
+
+    def trace(w, c):
+        linearisation = jax.linearize(_step, w, c)[1]
+        found.append(Layout(linearisation, w, jax.eval_shape(lambda: (w, c))))
+        return found[0].taped(linearisation)
+
+    jax.make_jaxpr(trace)(W, jnp.ones(2))
+    return found[0]
+
+
+def _taped(layout, w, cs):
+    return jax.vmap(lambda c: layout.taped(jax.linearize(_step, w, c)[1]))(cs)
+
+
+def _per_sample_vjp(w, c, ct):
+    return jax.vjp(_step, w, c)[1](ct)
+
+
+CS = jnp.array([[1.0, 4.0], [0.0, 0.0], [9.0, 0.25]])  # sample 1's row: infinite slopes
+CTS = jnp.array([[1.0, 2.0], [5.0, 5.0], [-1.0, 0.5]])
+MASK = jnp.array([True, False, True])
+
+
+def test_masked_vjp_sums_shared_cotangents_and_excludes_masked_samples():
+    """A shared parameter's cotangent comes out unbatched: the sum over the active
+    samples only. The masked sample's row would give inf * 0 = NaN; it takes part with
+    an active sample's residuals and a zero cotangent instead, so nothing is NaN."""
+    layout = _layout()
+    vjp = lambda taped, ct, mask: masked_vjp(layout, taped, W, True, ct, mask)
+    dc, dw = jax.jit(jax.vmap(vjp, out_axes=(0, None)))(_taped(layout, W, CS), CTS, MASK)
+    want = [_per_sample_vjp(W, c, ct) for c, ct in zip(CS[MASK], CTS[MASK])]
+    np.testing.assert_allclose(dw, want[0][0] + want[1][0], rtol=1e-6)
+    np.testing.assert_allclose(dc[MASK], jnp.stack([c for _, c in want]), rtol=1e-6)
+    np.testing.assert_array_equal(dc[1], 0.0)
+
+
+def test_masked_vjp_keeps_a_batched_parameters_cotangents_per_sample():
+    layout = _layout()
+    ws = jnp.stack([W, 2 * W, -W])
+    vjp = lambda taped, ct, mask, w: masked_vjp(layout, taped, w, True, ct, mask)
+    taped = jax.vmap(lambda w, c: tuple(r[0] for r in _taped(layout, w, c[None])))(ws, CS)
+    dc, dw = jax.vmap(vjp)(taped, CTS, MASK, ws)
+    for i in (0, 2):
+        want_w, want_c = _per_sample_vjp(ws[i], CS[i], CTS[i])
+        np.testing.assert_allclose(dw[i], want_w, rtol=1e-6)
+        np.testing.assert_allclose(dc[i], want_c, rtol=1e-6)
+    np.testing.assert_array_equal(dw[1], 0.0)
+    np.testing.assert_array_equal(dc[1], 0.0)
+
+
+def test_masked_vjp_without_vmap_is_the_vjp_where_the_mask_holds():
+    layout = _layout()
+    taped = _taped(layout, W, CS[:1])
+    one = tuple(r[0] for r in taped)
+    dc, dw = masked_vjp(layout, one, W, True, CTS[0], jnp.asarray(True))
+    want_w, want_c = _per_sample_vjp(W, CS[0], CTS[0])
+    np.testing.assert_allclose(dw, want_w, rtol=1e-6)
+    np.testing.assert_allclose(dc, want_c, rtol=1e-6)
+    dc, dw = masked_vjp(layout, one, W, True, CTS[0], jnp.asarray(False))
+    np.testing.assert_array_equal(dw, 0.0)
