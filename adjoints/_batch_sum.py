@@ -10,6 +10,12 @@ nothing is summed.
 
 A custom-VJP backward pass may return an unbatched cotangent for an unbatched input:
 JAX sums a batched one itself, and passes an unbatched one through as it is.
+
+Summing where the cotangent is made still leaves one outer product per sample, each
+masked (a sample that has finished) before the sum. `masked_vjp` does better for a taped
+step: it batches the step's linearisation over the samples before transposing it, as
+`jax.grad` of a vmapped function does, so a shared weight's cotangent is one matrix
+product contracting the batch.
 """
 
 import equinox as eqx
@@ -76,40 +82,59 @@ def masked_vjp(layout, taped, params, diff, ct, mask):
     an active sample, which are finite wherever the gradient is: its own row may be
     stale or never written."""
     arrays, static = eqx.partition(params, eqx.is_array)
-    pf_shapes, cf_shapes = layout.tangents
     linearised = lambda taped, arrays: layout.rebuild(taped, eqx.combine(arrays, static))
 
     @jax.custom_batching.custom_vmap
     def vjp(taped, ct, mask, arrays):
-        dp, dc = jax.linear_transpose(linearised(taped, arrays), pf_shapes, cf_shapes)(ct)
+        dp, dc = jax.linear_transpose(linearised(taped, arrays), *layout.tangents)(ct)
         return _where(mask, dc), _where(mask, dp)
 
     @vjp.def_vmap
     def batched(size, in_batched, taped, ct, mask, arrays):
         taped_b, ct_b, mask_b, arrays_b = in_batched
         mask = mask if mask_b else jnp.broadcast_to(mask, (size,))
-        along = lambda x: mask.reshape((size,) + (1,) * (x.ndim - 1))
-        first = jnp.argmax(mask)
-        taped = tuple(jnp.where(along(r), r, r[first]) if b else r for r, b in zip(taped, taped_b))
-        ct = jtu.tree_map(lambda c, b: c if b else jnp.broadcast_to(c, (size, *c.shape)), ct, ct_b)
-        ct = jtu.tree_map(lambda c: jnp.where(along(c), c, jnp.zeros_like(c)), ct)
-        no_static = jtu.tree_map(lambda _: False, static)
-        pf_b = eqx.filter(eqx.combine(arrays_b, no_static), diff)
-        axes = lambda flags: jtu.tree_map(lambda b: 0 if b else None, flags)
-        one = lambda taped, arrays, tp, tc: linearised(taped, arrays)(tp, tc)
-        in_axes = (axes(taped_b), axes(arrays_b), axes(pf_b), 0)
-        lin = lambda tp, tc: jax.vmap(one, in_axes=in_axes)(taped, arrays, tp, tc)
-        stacked = lambda s, b=True: jax.ShapeDtypeStruct(
-            (size, *s.shape) if b else s.shape, s.dtype
-        )
-        tp_shapes = jtu.tree_map(stacked, pf_shapes, pf_b)
-        dp, dc = jax.linear_transpose(lin, tp_shapes, jtu.tree_map(stacked, cf_shapes))(ct)
+        taped, ct = _stand_ins(mask, taped, taped_b, ct, ct_b)
+        # The differentiated parameters that are per sample keep per-sample cotangents.
+        pf_b = eqx.filter(eqx.combine(arrays_b, jtu.tree_map(lambda _: False, static)), diff)
+        lin = _batched(linearised, (taped, taped_b), (arrays, arrays_b), pf_b)
+        dp, dc = jax.linear_transpose(lin, *_stacked(layout.tangents, size, pf_b))(ct)
         # Under an enclosing vmap, a round may have no sample of this batch active.
-        dp = _where(jnp.any(mask), dp)
-        return (dc, dp), (jtu.tree_map(lambda _: True, dc), pf_b)
+        return (dc, _where(jnp.any(mask), dp)), (jtu.tree_map(lambda _: True, dc), pf_b)
 
     return vjp(taped, ct, mask, arrays)
 
 
 def _where(mask, tree):
     return jtu.tree_map(lambda x: jnp.where(mask, x, jnp.zeros_like(x)), tree)
+
+
+def _stand_ins(mask, taped, taped_b, ct, ct_b):
+    """A batch's residuals and cotangents (sample axis first; `*_b`: which leaves have
+    it), where a masked-out sample has the first active sample's residuals and a zero
+    cotangent."""
+    size = mask.shape[0]
+    along = lambda x: mask.reshape((size,) + (1,) * (x.ndim - 1))
+    first = jnp.argmax(mask)
+    taped = tuple(jnp.where(along(r), r, r[first]) if b else r for r, b in zip(taped, taped_b))
+    full = lambda c, b: c if b else jnp.broadcast_to(c, (size, *c.shape))
+    ct = jtu.tree_map(lambda c, b: jnp.where(along(full(c, b)), full(c, b), 0), ct, ct_b)
+    return taped, ct
+
+
+def _batched(linearised, taped, arrays, pf_b):
+    """The batch's linearisation: (tangents of the differentiated parameters, batched
+    where `pf_b`; of the carries) -> those of the new carries. `taped`, `arrays`: the
+    values and which leaves are batched."""
+    (taped, taped_b), (arrays, arrays_b) = taped, arrays
+    axes = lambda flags: jtu.tree_map(lambda b: 0 if b else None, flags)
+    one = lambda taped, arrays, tp, tc: linearised(taped, arrays)(tp, tc)
+    in_axes = (axes(taped_b), axes(arrays_b), axes(pf_b), 0)
+    return lambda tp, tc: jax.vmap(one, in_axes=in_axes)(taped, arrays, tp, tc)
+
+
+def _stacked(tangents, size, pf_b):
+    """Shapes of the batch's tangents: the carry's all per sample, the parameters' where
+    `pf_b`."""
+    params, carry = tangents
+    shape = lambda s, b=True: jax.ShapeDtypeStruct((size, *s.shape) if b else s.shape, s.dtype)
+    return jtu.tree_map(shape, params, pf_b), jtu.tree_map(shape, carry)
