@@ -106,7 +106,10 @@ def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
     """Discretise-then-optimise reverse mode: exact gradients of the computed solution.
 
-    - `checkpoints`: number of loop states kept for the reverse sweep. None (default):
+    - `checkpoints`: number of states of the step loop kept for the reverse sweep, as
+      Diffrax counts them; each emit (an output time, or the row that dense output or
+      `SaveAt(steps=True)` writes after a step) has a slot of its own besides, so that
+      saving more often does not thin the checkpoints of the steps. None (default):
       tape every step (its residuals: no recomputation) when the tape fits in
       `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
       with concrete times, `StepTo`), nested segments within the budget; with an
@@ -155,6 +158,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 if segments is not None:
                     return segments
             slots = max(2, per_solve // max(per_slot, 1))
+        else:
+            slots += loop.max_emits
         if slots >= bound:
             return Tape(bound)
         if loop.num_steps is not None and loop.max_emits == 0:

@@ -27,7 +27,7 @@ from jax import lax
 from ._batch_sum import masked_vjp, sum_over_batch
 from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
 from ._packing import Packing, is_float
-from ._residuals import linearise, tape_rows, transposed
+from ._residuals import layout_of, linearise, tape_rows, transposed
 from ._schedule.nested import Nested
 from ._schedule.online import Online
 from ._schedule.revolve import Revolve, next_checkpoint
@@ -329,6 +329,39 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     return lax.cond(loop.pending(carry), emit_vjp, step_vjp, ct_buffers)
 
 
+def _batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
+    """`_tick_vjp` under `vmap`, where `active`: returns the parameters' cotangent (summed
+    over the batch where shared), the carry's (unchanged where not `active`) and the
+    output buffers' cotangents. The samples that step are reversed together
+    (`masked_vjp`), and only when there are some; those that emit, one by one, the
+    others reading and clearing scratch rows."""
+    params_f, params_s = eqx.partition(params, diff)
+    carry_f, carry_s = _split(carry)
+    ct_next = _split(ct_next)[0]
+    pending = loop.pending(carry) if loop.max_emits else jnp.asarray(False)
+    stepping, emitting = active & ~pending, active & pending
+    layout = layout_of(loop, params, diff, carry)
+
+    def step_vjp():
+        taped = layout.taped(linearise(loop, params, diff, carry)[1])
+        return masked_vjp(layout, taped, params, diff, ct_next, stepping)
+
+    zeros = jtu.tree_map(jnp.zeros_like, params_f)
+    dc, dp = if_any(stepping, step_vjp, lambda: (ct_next, zeros))
+    ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_next)
+    if loop.max_emits == 0:
+        return dp, ct_carry, ct_buffers
+    emit = _emit_fn(loop, params_s, carry_s)
+    reads_params = any(_read_leaves(emit, params_f, carry_f)[0])
+    dp_e, dc_e, ct_buffers = _emit_vjp(
+        emit, params_f, carry_f, ct_next, ct_buffers, emitting, wrt_params=reads_params
+    )
+    ct_carry = jtu.tree_map(lambda a, b: jnp.where(emitting, a, b), dc_e, ct_carry)
+    if reads_params:
+        dp = _accumulate(emitting, dp, dp_e, params_f)
+    return dp, ct_carry, ct_buffers
+
+
 def _emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params=True):
     """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
     buffers) of one emit, given the carry's after it. Each write's cotangent is read from
@@ -582,9 +615,6 @@ def _reverse_recompute(
 
         return body
 
-    params_f = eqx.partition(params, diff)[0]
-    zero_params = jtu.tree_map(jnp.zeros_like, params_f)
-
     def body(small, large, active):
         target, index, carry, nxt, slot_index, ct_carry = small
         slots, ct_params, ct_bufs = large
@@ -596,14 +626,12 @@ def _reverse_recompute(
             (slots, slot_index),
             batched,
         )
-        reverse = lambda c, b: _tick_vjp(loop, params, carry, scratch, c, b, diff)
-        if batched:  # a finished sample reverses nothing
-            skip = lambda c, b: (zero_params, c, b)
-            dp, ct_carry, ct_bufs = lax.cond(active, reverse, skip, ct_carry, ct_bufs)
+        if batched:  # a finished sample reverses nothing; shared parameters are summed
+            reversed_ = _batched_tick_vjp(loop, params, diff, carry, ct_carry, ct_bufs, active)
         else:
-            dp, ct_carry, ct_bufs = reverse(ct_carry, ct_bufs)
-        # Added outside the `cond`, and summed over a vmap batch for shared parameters.
-        ct_params = _accumulate(active, ct_params, dp, params_f)
+            reversed_ = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
+        dp, ct_carry, ct_bufs = reversed_
+        ct_params = _add(ct_params, dp)
         # Release the states at or after the tick just reversed, restore the latest one
         # before the next.
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
