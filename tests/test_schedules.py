@@ -132,9 +132,10 @@ def online_reverse_evaluations(n: int, slots: int) -> int:
 # ------------------------------------------------------- recomputation order, observed
 
 
-def euler_gradient_log(n, adjoint, traced_t1=False):
+def euler_gradient_log(n, adjoint, traced_t1=False, save_ts=None):
     """d y(1)/d a for y' = -a y, y(0) = 1, n Euler steps, and the times at which the
-    vector field was evaluated while computing it (in order)."""
+    vector field was evaluated while computing it (in order). `save_ts`: save times,
+    ending at 1, instead of y(1) alone."""
     log = []
 
     def field(t, y, a):
@@ -151,6 +152,7 @@ def euler_gradient_log(n, adjoint, traced_t1=False):
             jnp.asarray(1.0),
             a,
             stepsize_controller=ode.ConstantStepSize(),
+            saveat=ode.SaveAt(t1=True) if save_ts is None else ode.SaveAt(ts=save_ts),
             max_steps=n,
             adjoint=adjoint,
         )
@@ -269,42 +271,17 @@ def test_online_schedule_when_the_step_count_is_unknown():
     assert len(reverse) == n + forward_steps(n, slots) - (n - 1) + 1
 
 
-def _saving_euler_log(checkpoints):
-    """Field evaluations of a gradient: Euler, 3 steps, 6 save times (9 ticks)."""
-    log = []
-
-    def field(t, y, a):
-        jax.debug.callback(lambda s: log.append(float(s)), t, ordered=True)
-        return -a * y
-
-    def loss(a):
-        sol = ode.diffeqsolve(
-            ode.ODETerm(field),
-            ode.Euler(),
-            0.0,
-            1.0,
-            1.0 / 3,
-            jnp.asarray(1.0),
-            a,
-            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 6)),
-            max_steps=16,
-            adjoint=ode.RecursiveCheckpointAdjoint(checkpoints=checkpoints),
-        )
-        return jnp.sum(sol.ys)
-
-    jax.jit(jax.grad(loss))(jnp.asarray(0.7))
-    jax.effects_barrier()
-    return log
-
-
 def test_checkpoints_count_steps_and_each_save_has_its_own_slot():
     """As in Diffrax, `checkpoints` counts states of the step loop: 3 checkpoints hold a
-    solve of 3 steps whatever its number of save times, and the reverse sweep applies
+    solve of 3 steps with 6 save times (9 ticks), and the reverse sweep applies
     the residuals kept beside them without evaluating the field (linear in y). With 2,
     the slots thin and steps are evaluated again."""
+    log = lambda slots: euler_gradient_log(
+        3, ode.RecursiveCheckpointAdjoint(checkpoints=slots), save_ts=jnp.linspace(0, 1, 6)
+    )
     forward = [0.0, 0.0, 1 / 3, 2 / 3]  # the initial derivative, then one per step
-    np.testing.assert_allclose(_saving_euler_log(3), forward, atol=1e-12)
-    assert len(_saving_euler_log(2)) > len(forward)
+    np.testing.assert_allclose(log(3), forward, atol=1e-12)
+    assert len(log(2)) > len(forward)
 
 
 def test_online_schedule_recomputation_bound():
