@@ -627,10 +627,10 @@ def _reverse_recompute(
             batched,
         )
         if batched:  # a finished sample reverses nothing; shared parameters are summed
-            reversed_ = _batched_tick_vjp(loop, params, diff, carry, ct_carry, ct_bufs, active)
+            pulled = _batched_tick_vjp(loop, params, diff, carry, ct_carry, ct_bufs, active)
         else:
-            reversed_ = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
-        dp, ct_carry, ct_bufs = reversed_
+            pulled = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
+        dp, ct_carry, ct_bufs = pulled
         ct_params = _add(ct_params, dp)
         # Release the states at or after the tick just reversed, restore the latest one
         # before the next.
