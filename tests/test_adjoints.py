@@ -530,6 +530,37 @@ def test_shared_parameters_under_vmap_get_the_sum_of_per_sample_gradients(checkp
         assert relative_error(by_sample, want_scales) <= 1e-10, loss.__name__
 
 
+def test_outputs_that_read_shared_parameters_under_vmap_taping_and_recomputing():
+    """A state saved after every step through a function of the shared rates
+    (`SaveAt(steps=True, fn=...)`), so that the emits read the parameters: their
+    cotangents are taken per sample, the steps' for the batch at once; both sweeps'
+    sums over the batch equal the sum of per-sample gradients."""
+
+    def loss(p, y0, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra),
+            ode.Heun(),
+            0.0,
+            2.0,
+            0.1,
+            y0,
+            p,
+            saveat=ode.SaveAt(steps=True, fn=lambda t, y, p: y * p[0] + p[3]),
+            adjoint=adjoint,
+            max_steps=32,
+        )
+        return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2)
+
+    y0s = Y0 * jnp.array([[1.0], [1.2], [0.8]])
+    tape, online = ode.RecursiveCheckpointAdjoint(), ode.RecursiveCheckpointAdjoint(checkpoints=2)
+    grad = jax.jit(jax.grad(loss), static_argnums=2)
+    want = sum(grad(PARAMS, y0, tape) for y0 in y0s)
+    batch = lambda p, adjoint: jnp.sum(jax.vmap(lambda y0: loss(p, y0, adjoint))(y0s))
+    for adjoint in (tape, online):
+        got = jax.jit(jax.grad(batch), static_argnums=1)(PARAMS, adjoint)
+        assert relative_error(got, want) <= 1e-10
+
+
 # --------------------------------------------------------------- forward mode, Hessians
 
 JAC_TS = jnp.array([1.0, 2.0])
