@@ -116,8 +116,8 @@ def _stand_ins(mask, taped, taped_b, ct, ct_b):
     along = lambda x: mask.reshape((size,) + (1,) * (x.ndim - 1))
     first = jnp.argmax(mask)
     taped = tuple(jnp.where(along(r), r, r[first]) if b else r for r, b in zip(taped, taped_b))
-    full = lambda c, b: c if b else jnp.broadcast_to(c, (size, *c.shape))
-    ct = jtu.tree_map(lambda c, b: jnp.where(along(full(c, b)), full(c, b), 0), ct, ct_b)
+    ct = jtu.tree_map(lambda c, b: c if b else jnp.broadcast_to(c, (size, *c.shape)), ct, ct_b)
+    ct = jtu.tree_map(lambda c: jnp.where(along(c), c, 0), ct)
     return taped, ct
 
 

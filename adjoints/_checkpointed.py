@@ -352,7 +352,7 @@ def _batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
     if loop.max_emits == 0:
         return dp, ct_carry, ct_buffers
     emit = _emit_fn(loop, params_s, carry_s)
-    reads_params = any(_read_leaves(emit, params_f, carry_f)[0])
+    reads_params = _reads_params(emit, params_f, carry_f)
     dp_e, dc_e, ct_buffers = _emit_vjp(
         emit, params_f, carry_f, ct_next, ct_buffers, emitting, wrt_params=reads_params
     )
@@ -405,6 +405,12 @@ def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
+def _reads_params(emit, params_f, carry_f) -> bool:
+    """Whether an emit reads any differentiated parameter: if not, its VJP takes no
+    parameter cotangent."""
+    return any(_read_leaves(emit, params_f, carry_f)[0])
+
+
 def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
     """Ticks `span` = (first, last) are on the tape `slots`, tick k at row k - first:
     reverse them tick by tick, no recomputation. `start` holds the cotangents (of the
@@ -441,9 +447,7 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
         return masked_vjp(layout, residuals, params, diff, ct_carry, mask)
 
     example_f, example_s = _split(carry_at(lo))
-    emit_reads_params = any(
-        _read_leaves(_emit_fn(loop, params_s, example_s), params_f, example_f)[0]
-    )
+    emit_reads_params = _reads_params(_emit_fn(loop, params_s, example_s), params_f, example_f)
 
     def emit_tick(small, large, active):
         k, ct_carry = small
