@@ -25,7 +25,16 @@ import jax.tree_util as jtu
 from jax import lax
 
 from ._batch_sum import masked_vjp, sum_over_batch
-from ._loop import Loop, Write, apply_writes, if_any, lockstep_while, run_plain, scratch_row
+from ._loop import (
+    Loop,
+    Write,
+    apply_writes,
+    if_any,
+    lockstep_while,
+    run_plain,
+    scratch_row,
+    tree_where,
+)
 from ._packing import Packing, is_float
 from ._residuals import layout_of, linearise, tape_rows, transposed
 from ._schedule.nested import Nested
@@ -127,15 +136,12 @@ def _forward(loop, schedule, params, diff, init, buffers):
         slots = _put(slots, row, carry, packing)
         # One entry of the table written, not the whole table selected.
         slot_index = slot_index.at[slot].set(jnp.where(store, k, slot_index[slot]))
-        sched = jtu.tree_map(lambda a, b: jnp.where(active, a, b), new_sched, sched)
+        sched = tree_where(active, new_sched, sched)
         return slots, slot_index, sched, row
 
     # The loops carry (small, large): the slots, decision tape and output buffers are
     # large and only written through scratch rows when inactive (see `lockstep_while`).
-    # Each tick keeps its sample's carry where it is inactive.
-    def select(active, new, old):
-        return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
-
+    # Each tick keeps its sample's carry where it is inactive (`tree_where`).
     def linearised_step(carry, slots, row, active, keep=True):
         """One step, storing its residuals at `row`; a plain step where not `keep`."""
 
@@ -169,8 +175,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
             slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
             step = lambda: loop.body(params, carry)
             new = if_any(active, step, lambda: carry) if batched else step()
-        new = select(active, new, carry)
-        prev = None if taping else select(active, carry, prev)
+        new = tree_where(active, new, carry)
+        prev = None if taping else tree_where(active, carry, prev)
         decisions = decide(decisions, k, new, active)
         small = (k + active.astype(jnp.int32), new, prev, sched)
         return small, (slots, slot_index, decisions)
@@ -183,8 +189,8 @@ def _forward(loop, schedule, params, diff, init, buffers):
         slots, slot_index, sched, _ = record(k, carry, slots, slot_index, sched, active)
         new, writes = loop.emit(params, carry)
         if not in_lockstep:
-            new = select(active, new, carry)
-            prev = None if taping else select(active, carry, prev)
+            new = tree_where(active, new, carry)
+            prev = None if taping else tree_where(active, carry, prev)
         else:
             prev = None if taping else carry
         decisions = decide(decisions, k, new, active)
@@ -348,7 +354,7 @@ def _batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
 
     zeros = jtu.tree_map(jnp.zeros_like, params_f)
     dc, dp = if_any(stepping, step_vjp, lambda: (ct_next, zeros))
-    ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_next)
+    ct_carry = tree_where(stepping, dc, ct_next)
     if loop.max_emits == 0:
         return dp, ct_carry, ct_buffers
     emit = _emit_fn(loop, params_s, carry_s)
@@ -356,7 +362,7 @@ def _batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
     dp_e, dc_e, ct_buffers = _emit_vjp(
         emit, params_f, carry_f, ct_next, ct_buffers, emitting, wrt_params=reads_params
     )
-    ct_carry = jtu.tree_map(lambda a, b: jnp.where(emitting, a, b), dc_e, ct_carry)
+    ct_carry = tree_where(emitting, dc_e, ct_carry)
     if reads_params:
         dp = _accumulate(emitting, dp, dp_e, params_f)
     return dp, ct_carry, ct_buffers
@@ -484,7 +490,7 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
             lambda: masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping),
             lambda: (ct_carry, jtu.tree_map(jnp.zeros_like, params_f)),
         )
-        ct_carry = jtu.tree_map(lambda a, b: jnp.where(stepping, a, b), dc, ct_carry)
+        ct_carry = tree_where(stepping, dc, ct_carry)
         return (k - 1, ct_carry), (_add(ct_params, dp), ct_bufs)
 
     # Carry leaves a step reads: only their cotangents change along a run of steps. The
@@ -765,7 +771,7 @@ def _reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
             else:
                 dp, dc = layout.vjp(residuals, params)(ct)
                 ct_params = _accumulate(taken, ct_params, dp, params_f)
-            ct = jtu.tree_map(lambda a, b: jnp.where(taken, a, b), dc, ct)
+            ct = tree_where(taken, dc, ct)
             return ct, ct_params
 
         ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))

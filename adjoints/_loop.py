@@ -159,11 +159,11 @@ def lockstep_while(
     def outer_cond(state):
         return eqxi.unvmap_any(cond(*state))
 
-    # Batched from the start, as the loop makes them anyway: JAX's while-loop batching
-    # rule re-batches the body until it knows which carry leaves are batched, and with
-    # all of them batched its second pass is a cache hit (and so are the nested loops'
-    # in it). An `x` unbatched at first (a counter starting at 0) would cost one more
-    # trace of the body, and of every loop nested in it: 14% of W3's tracing.
+    # Batched from the start, as the loop makes them anyway. JAX's while-loop batching
+    # rule batches the body again until the set of batched carry leaves stops growing:
+    # a leaf that starts unbatched and the body batches (a counter starting at 0) costs
+    # one more pass over the body, and over every loop nested in it. Measured on W3's
+    # gradient: tracing 2.62 -> 2.25 s (median of 6).
     start = cond(small, large)
     small = jtu.tree_map(lambda x: jnp.where(start, x, x) if eqx.is_array(x) else x, small)
 
