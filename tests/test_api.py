@@ -93,8 +93,7 @@ def cubic_decay(t, y, args):
     return -args * y**3
 
 
-@jax.jit
-def adaptive_solve(y0, rate):
+def solve_to_5(y0, rate):
     sol = ode.diffeqsolve(
         ode.ODETerm(cubic_decay),
         ode.Tsit5(),
@@ -109,6 +108,17 @@ def adaptive_solve(y0, rate):
     return sol.ys, sol.stats["num_steps"]
 
 
+adaptive_solve = jax.jit(solve_to_5)
+
+# `vmap` of a jitted solve batches the traced loop afterwards (JAX's while-loop batching);
+# `vmap` directly around `diffeqsolve` runs the samples in lockstep (`adjoints._loop`),
+# where a sample that has finished must be left exactly as it is.
+BATCHED_SOLVES = [
+    pytest.param(adaptive_solve, id="vmap-of-jit"),
+    pytest.param(solve_to_5, id="lockstep"),
+]
+
+
 def assert_matches_unbatched(batched, y0s, rates):
     ys, num_steps = batched
     for i in range(len(y0s)):
@@ -118,17 +128,19 @@ def assert_matches_unbatched(batched, y0s, rates):
     assert len(set(np.asarray(num_steps).tolist())) == len(y0s)  # own step sizes
 
 
-def test_vmap_over_y0_takes_each_samples_own_steps():
+@pytest.mark.parametrize("solve", BATCHED_SOLVES)
+def test_vmap_over_y0_takes_each_samples_own_steps(solve):
     y0s = jnp.array([0.5, 2.0, 8.0])
     rates = jnp.full(3, 1.0)
-    batched = jax.jit(jax.vmap(adaptive_solve, in_axes=(0, None)))(y0s, rates[0])
+    batched = jax.jit(jax.vmap(solve, in_axes=(0, None)))(y0s, rates[0])
     assert_matches_unbatched(batched, y0s, rates)
 
 
-def test_vmap_over_args_takes_each_samples_own_steps():
+@pytest.mark.parametrize("solve", BATCHED_SOLVES)
+def test_vmap_over_args_takes_each_samples_own_steps(solve):
     rates = jnp.array([0.1, 1.0, 10.0])
     y0s = jnp.full(3, 2.0)
-    batched = jax.jit(jax.vmap(adaptive_solve, in_axes=(None, 0)))(y0s[0], rates)
+    batched = jax.jit(jax.vmap(solve, in_axes=(None, 0)))(y0s[0], rates)
     assert_matches_unbatched(batched, y0s, rates)
 
 
