@@ -48,6 +48,12 @@ from ._schedule import Nested, Online, Revolve, Segments, Tape
 # fresh tape costs about 1 ms per MB on XLA:CPU (allocation and page faults), so a tape
 # far larger than the states it actually holds is slow, not just big.
 DEFAULT_MEMORY_BUDGET = 4 * 2**20
+# The default budget's least share per sample of a `vmap` batch (the share of 256
+# samples): beyond, the default grows with the batch. Kept at 4 MiB, 1024 samples of
+# W3's neural ODE had 4 KiB each, too little for segments: 17 online slots for 24 ticks,
+# thinned and recomputed, took 4.2x Diffrax's time, while those slots were a tenth of
+# the gradient's XLA temp memory (4 of 41 MB; the step-size record alone is 17 MB).
+MIN_DEFAULT_BUDGET_PER_SOLVE = 16 * 2**10
 
 
 class AbstractAdjoint(eqx.Module):
@@ -120,14 +126,15 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       of steps, states are placed by Griewank's binomial rule (optimal for that count);
       with an unknown number, by online thinning, which behaves as taping for as long
       as the states taken so far fit.
-    - `memory_budget`: bytes of stored states allowed when `checkpoints` is None (default
-      4 MiB), shared by the samples when `diffeqsolve` is called directly under `vmap`.
-      The states are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
+    - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
+      by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
+      4 MiB, and at least 16 KiB per sample (more than 256 samples get more). The states
+      are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
     """
 
     reverse_only: ClassVar[bool] = True
     checkpoints: int | None = None
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    memory_budget: int | None = None
 
     def __check_init__(self):
         if self.checkpoints is not None and self.checkpoints < 2:
@@ -143,7 +150,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         bound = num_ticks_bound(loop)
         slots = self.checkpoints
         if slots is None:
-            per_solve = self.memory_budget // max(loop.batch_size, 1)
+            per_solve = self.budget_per_solve(loop.batch_size)
             per_state = per_tick = per_slot = carry_bytes(init)
             if params is not None:
                 per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
@@ -165,6 +172,13 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if loop.num_steps is not None and loop.max_emits == 0:
             return Revolve(slots, loop.num_steps)
         return Online(slots)
+
+    def budget_per_solve(self, batch_size: int) -> int:
+        """Bytes of stored states each of `batch_size` solves run together may take."""
+        batch_size = max(batch_size, 1)
+        if self.memory_budget is None:
+            return max(DEFAULT_MEMORY_BUDGET // batch_size, MIN_DEFAULT_BUDGET_PER_SOLVE)
+        return self.memory_budget // batch_size
 
     def run_loop(self, loop, params, init, buffers):
         return checkpointed_loop(loop, self.schedule, params, init, buffers)

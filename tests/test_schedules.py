@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import odesolve as ode
+from adjoints._loop import Loop
 from adjoints._schedule import Nested, Online, Segments, forward_steps, next_checkpoint
 from adjoints._schedule.nested import _bytes, _smallest
 
@@ -363,3 +364,25 @@ def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
     assert 2 <= length < n and fits(length)
     assert segments.slots * length >= n  # the segments cover the bound
     assert not any(fits(longer) for longer in range(length + 1, min(n, length + 2_000)))
+
+
+def _adaptive_loop(batch_size: int) -> Loop:
+    """A loop as an adaptive solve under `vmap` hands it over: its step count unknown,
+    `max_steps` 4096 and 20 output times. Only its shape matters to a schedule."""
+    unused = lambda *_: None
+    return Loop(unused, unused, unused, unused, 4096, 20, batch_size=batch_size)
+
+
+def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
+    # A state of 120 bytes: 16 KiB per sample holds taped segments of the bound; 4 KiB
+    # (4 MiB shared by 1024 samples) does not, and would thin online slots.
+    state = jnp.zeros(30, jnp.float32)
+    default = ode.RecursiveCheckpointAdjoint()
+    assert default.budget_per_solve(1) == 4 * 2**20
+    assert default.budget_per_solve(256) == default.budget_per_solve(4096) == 16 * 2**10
+    for batch in (256, 1024, 4096):
+        assert isinstance(default.schedule(_adaptive_loop(batch), state), Segments)
+    # A budget the caller sets is shared by the batch, however large.
+    explicit = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
+    assert explicit.budget_per_solve(1024) == 4 * 2**10
+    assert isinstance(explicit.schedule(_adaptive_loop(1024), state), Online)
