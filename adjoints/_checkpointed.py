@@ -498,8 +498,9 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
     # step and are zero after it; carrying them through the run would rewrite them with
     # zeros every step, which XLA does with a copy per leaf. (Batched, steps are not run
     # in such runs, and the step is not traced again to find these.)
-    step_f = _step_fn(loop, params_s, example_s)
-    live = () if batched else _read_leaves(step_f, params_f, example_f)[1]
+    live = ()
+    if not batched:
+        live = _read_leaves(_step_fn(loop, params_s, example_s), params_f, example_f)[1]
     ct_live = lambda ct: tuple(c for c, r in zip(jtu.tree_leaves(ct), live) if r)
 
     def with_live(ct, values):
