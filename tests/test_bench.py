@@ -207,3 +207,18 @@ def test_torch_peers_rows():
     for entry in _torch.lotka_volterra_entries(peers, ts, y0, rates, gradient=True, **options):
         grad, work = entry.build({})(rates)
         assert reference.max_rel_error(grad, grad_ref) < 1e-5, entry.library
+
+
+def test_w5_target_counts_only_rows_as_accurate_as_diffrax():
+    """A faster odesolve row that is less accurate than Diffrax does not meet W5."""
+    row = lambda library, ratio, error: dict(
+        case="W5 forward", library=library, ratio=ratio, error=error
+    )
+    check = WORKLOADS["W5"].target.check
+    diffrax = row("diffrax", 1.0, 5e-11)
+    loose, tight = row("odesolve", 0.1, 3e-10), row("odesolve (tight)", 0.3, 4e-12)
+    met, detail = check([loose, tight, diffrax])
+    assert met and "0.30 (odesolve (tight)" in detail
+    assert check([loose, diffrax])[0] is False
+    assert check([loose, row("odesolve (tight)", 0.8, 4e-12), diffrax])[0] is False
+    assert check([loose, tight])[0] is None

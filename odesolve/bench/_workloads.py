@@ -309,7 +309,16 @@ def _w4_cases(sizes: tuple, peers: dict) -> list[Case]:
 # --- W5: stiff, Robertson with Kvaerno5 ------------------------------------------------
 
 
-def _robertson_solve(lib, t1: float, y0, rates):
+# W5's tolerances, and tighter ones for odesolve: at W5's, odesolve's Kvaerno5 takes 44
+# steps to Diffrax's 695 and ends less accurate (y(40) 2.9e-10 against 5.2e-11, gradient
+# 1.8e-8 against 2.9e-10 relative), so a second odesolve row solves to Diffrax's accuracy
+# or better (measured: 4.1e-12 and 1.6e-10), and the target is judged on it.
+W5_TOLERANCES = dict(rtol=1e-8, atol=1e-10)
+W5_TIGHT_TOLERANCES = dict(rtol=5e-11, atol=5e-13)
+W5_TIGHT_ROW = "odesolve (rtol 5e-11, atol 5e-13)"
+
+
+def _robertson_solve(lib, t1: float, y0, tolerances: dict, rates):
     """Robertson's equations to t1 with Kvaerno5; (y(t1) as a (1, 3) array, num_steps)."""
     sol = lib.diffeqsolve(
         lib.ODETerm(robertson),
@@ -319,7 +328,7 @@ def _robertson_solve(lib, t1: float, y0, rates):
         1e-4,
         y0,
         rates,
-        stepsize_controller=lib.PIDController(rtol=1e-8, atol=1e-10),
+        stepsize_controller=lib.PIDController(**tolerances),
     )
     return sol.ys, sol.stats["num_steps"]
 
@@ -327,9 +336,14 @@ def _robertson_solve(lib, t1: float, y0, rates):
 def _w5_cases(t1: float, peers: dict) -> list[Case]:
     y0, rates = jnp.asarray(ROBERTSON_Y0, F64), jnp.asarray(ROBERTSON_RATES, F64)
     stiff = dict(method="Radau", rtol=1e-12, atol=1e-16)
-    solve = lambda lib: functools.partial(_robertson_solve, lib, t1, y0)
+    solve = lambda lib, tol=W5_TOLERANCES: functools.partial(_robertson_solve, lib, t1, y0, tol)
+    gradient_of = lambda lib, tol=W5_TOLERANCES: _gradient(solve(lib, tol), sum_of_squares)
     forward = _with_each_api(peers, solve, evals=None)
-    gradient = _with_each_api(peers, lambda lib: _gradient(solve(lib), sum_of_squares), None)
+    gradient = _with_each_api(peers, gradient_of, None)
+    if "odesolve" in peers:
+        ode, tight = peers["odesolve"], W5_TIGHT_TOLERANCES
+        forward.insert(1, Entry(W5_TIGHT_ROW, lambda rows: solve(ode, tight)))
+        gradient.insert(1, Entry(W5_TIGHT_ROW, lambda rows: gradient_of(ode, tight)))
     y_ref = reference.solution(robertson, y0, 0.0, (t1,), rates, **stiff)
     grad_ref = reference.sensitivity_gradient(
         robertson, y0, 0.0, (t1,), rates, sum_of_squares, **stiff
@@ -478,6 +492,24 @@ def _w6_case_check(rows, case):
     return speedup >= 1.5 and to_limit <= 3.0, detail
 
 
+def _w5_case_check(rows, case):
+    """The fastest odesolve row of `case` whose error is at most Diffrax's: its ratio at
+    most 0.7. A faster result that is less accurate does not count."""
+    diffrax = _row(rows, case, "diffrax")
+    ours = [r for r in rows if r["case"] == case and r["library"].startswith("odesolve")]
+    if diffrax is None or diffrax["error"] is None:
+        return None, f"{case}: no Diffrax row"
+    as_accurate = [r for r in ours if r["error"] is not None and r["error"] <= diffrax["error"]]
+    if not as_accurate:
+        return False, f"{case}: no odesolve row as accurate as Diffrax ({diffrax['error']:.1e})"
+    best = min(as_accurate, key=lambda r: r["ratio"])
+    detail = (
+        f"{case}: {best['ratio']:.2f} ({best['library']}, error {best['error']:.1e} vs "
+        f"Diffrax's {diffrax['error']:.1e})"
+    )
+    return best["ratio"] <= 0.7, detail
+
+
 def _per_case(case_check):
     return lambda rows: _all_met([case_check(rows, case) for case in _cases(rows)])
 
@@ -547,7 +579,9 @@ WORKLOADS = {
             "(k1, k2, k3)",
             sizes=dict(smoke=40.0, quick=40.0, full=40.0),
             cases=_w5_cases,
-            target=Target("<= 0.7", _ratio_at_most(0.7), 0.7),
+            target=Target(
+                "<= 0.7, at Diffrax's accuracy or better", _per_case(_w5_case_check), 0.7
+            ),
             requires=("Kvaerno5",),
         ),
         Workload(
