@@ -295,6 +295,24 @@ def test_failed_fixed_step_reports_non_finite_state():
     assert sol.result == ode.RESULTS.nonfinite_state
 
 
+@pytest.mark.parametrize("entry", IMPLICIT_SOLVERS, ids=solver_id)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_fixed_steps_far_beyond_the_stiff_scale_converge(entry, dtype):
+    """y' = -a (y - cos t), a = 1e5, at h = 0.1 and 0.25 (h a up to 25000): the stage
+    value is a difference of terms ~h a |y|, known only to their rounding, which lies
+    above the default fixed-step Newton tolerance of 100 ulp of y. The iterations must
+    stop at that floor, not fail the step (which turned the solution into NaN)."""
+    a = 1e5
+    field = lambda t, y, args: -a * (y - jnp.cos(t))
+    y0 = jnp.array([1.0, 2.0], dtype)
+    exact = (a * a * np.cos(1.0) + a * np.sin(1.0)) / (a * a + 1)  # the transient is gone
+    for dt0 in (0.1, 0.25):
+        sol = ode.diffeqsolve(ode.ODETerm(field), entry[0], 0.0, 1.0, dt0, y0, throw=False)
+        assert sol.result == ode.RESULTS.successful, (dt0, sol.result)
+        assert sol.ys.dtype == dtype
+        np.testing.assert_allclose(np.asarray(sol.ys[-1]), exact, rtol=3e-6)
+
+
 def test_pytree_state_matches_flat_state():
     def split(t, y, k):
         flat = robertson(t, jnp.concatenate([y["fast"], y["slow"]]), k)

@@ -41,6 +41,11 @@ _RUNNING, _CONVERGED, _FAILED = 0, 1, 2
 # Increments this far below the tolerance (in units of kappa) are rounding noise: their
 # ratio says nothing about the convergence rate, so they end the iteration as converged.
 _NOISE = 1e-3
+# The stage value base + hg k is known to no better than a few ulp of its terms: where a
+# stiff component makes |hg k| much larger than |y| (h |J| >> 1), that floor lies above a
+# tolerance relative to y, the increments stall there, and the iteration would fail at a
+# step the method takes without trouble. Increments are measured against this floor too.
+_ROUNDING_ULPS = 4
 
 
 class NewtonSettings(eqx.Module):
@@ -100,10 +105,13 @@ def _chord_iterations(vf, args, t, hg, base, k, lu, settings, status):
     """Chord iterations from k while `status` is running: (k, status). On divergence k is
     the last iterate before it (the best one, to restart from)."""
 
+    ulp = _ROUNDING_ULPS * jnp.finfo(base.dtype).eps
+
     def body(carry):
         k, it, prev_size, _ = carry
         delta = jsl.lu_solve(lu, vf(t, base + hg * k, args) - k)
-        size = jnp.sqrt(jnp.mean(jnp.square(hg * delta / settings.scale)))
+        scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
+        size = jnp.sqrt(jnp.mean(jnp.square(hg * delta / scale)))
         # Hairer & Wanner IV.8 (8.10)-(8.11): with rate theta the error left after this
         # iteration is about theta / (1 - theta) |delta|. The first iteration has no rate
         # yet; it is accepted only when |delta| itself is below kappa.
