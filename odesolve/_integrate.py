@@ -49,7 +49,7 @@ from ._saveat import SaveAt, save_y
 from ._solution import DenseInterpolation, Solution, StepRows
 from ._solver._runge_kutta import StepContext
 from ._term import ODETerm
-from ._validate import normalise_inputs
+from ._validate import check_kinds, normalise_inputs
 
 
 class _Config(eqx.Module):
@@ -631,6 +631,13 @@ def diffeqsolve(
     - `throw`: raise on failure (a JaxRuntimeError carrying the message); with False,
       check `sol.result`.
     """
+    check_kinds(
+        solver=solver,
+        saveat=saveat,
+        stepsize_controller=stepsize_controller,
+        adjoint=adjoint,
+        progress_meter=progress_meter,
+    )
     if event is not None and not isinstance(event, Event):
         raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
     if event is not None and adjoint.continuous:

@@ -13,11 +13,16 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import JaxprClosure, closure_convert
+from adjoints import AbstractAdjoint, JaxprClosure, closure_convert
 
+from ._controller._base import AbstractStepSizeController
 from ._controller.constant import StepTo
 from ._event import BoundCondition, condition_kwargs
 from ._flat import widest_float
+from ._progress_meter import AbstractProgressMeter
+from ._saveat import SaveAt
+from ._solver._implicit import AbstractImplicitRungeKutta
+from ._solver._runge_kutta import AbstractRungeKutta
 from ._term import ODETerm
 
 
@@ -185,13 +190,61 @@ def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, contro
     return event.with_conditions(conditions)
 
 
+# (argument, the classes it takes, an example) for `check_kinds`.
+_KINDS = (
+    ("solver", (AbstractRungeKutta, AbstractImplicitRungeKutta), "odesolve.Tsit5()"),
+    ("saveat", (SaveAt,), "odesolve.SaveAt(t1=True)"),
+    ("stepsize_controller", (AbstractStepSizeController,), "odesolve.PIDController(1e-6, 1e-6)"),
+    ("adjoint", (AbstractAdjoint,), "odesolve.RecursiveCheckpointAdjoint()"),
+    ("progress_meter", (AbstractProgressMeter,), "odesolve.NoProgressMeter()"),
+)
+
+
+def check_kinds(**values) -> None:
+    """Each of `_KINDS`' arguments is an instance of an odesolve class: a class passed
+    without calling it, or another library's object (Diffrax's), fails later with a
+    message about a missing `self` or attribute, naming neither the argument nor the fix."""
+    for name, kinds, example in _KINDS:
+        value = values[name]
+        if isinstance(value, kinds):
+            continue
+        if isinstance(value, type) and issubclass(value, kinds):
+            raise TypeError(
+                f"{name}={value.__name__} is a class: pass an instance, {value.__name__}(...)."
+            )
+        origin = type(value).__module__.split(".")[0]
+        other = ""
+        if origin not in ("builtins", "odesolve"):
+            other = f" A {origin} object does not mix with odesolve's: use odesolve's class."
+        raise TypeError(
+            f"{name}={value!r} (type {origin}.{type(value).__name__}) is not one of "
+            f"odesolve's: pass e.g. {example}.{other}"
+        )
+
+
+def _check_scalar_times(**times) -> None:
+    """t0, t1 and dt0 are real scalars (dt0 may be None)."""
+    for name, x in times.items():
+        if x is None:
+            continue
+        if isinstance(x, (str, bytes)) or not eqx.is_array_like(x):
+            raise TypeError(f"{name}={x!r}: pass a real number (a Python float or a scalar array).")
+        dtype = jnp.asarray(x).dtype
+        if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError(f"{name}={x!r} has dtype {dtype}: pass a real number.")
+        if jnp.shape(x) != ():
+            raise ValueError(
+                f"{name} has shape {jnp.shape(x)}: pass a scalar time. To solve from several "
+                f"times, jax.vmap over {name}."
+            )
+
+
 def normalise_inputs(
     terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps, event=None
 ) -> Inputs:
     if not isinstance(terms, ODETerm):
         raise TypeError(f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.")
-    if not hasattr(solver, "tableau"):
-        raise TypeError(f"solver={solver!r} is not an odesolve solver (e.g. odesolve.Tsit5()).")
+    _check_scalar_times(t0=t0, t1=t1, dt0=dt0)
     if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)

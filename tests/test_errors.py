@@ -134,6 +134,43 @@ def test_solver_not_a_solver():
         solve(solver="tsit5")
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("solver", ode.Tsit5),
+        ("stepsize_controller", ode.PIDController),
+        ("saveat", ode.SaveAt),
+        ("adjoint", ode.BacksolveAdjoint),
+        ("progress_meter", ode.TextProgressMeter),
+    ],
+)
+def test_a_class_where_an_instance_is_needed(name, value):
+    with pytest.raises(
+        TypeError, match=rf"{name}={value.__name__} is a class.*{value.__name__}\(\.\.\.\)"
+    ):
+        solve(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["stepsize_controller", "saveat", "adjoint", "progress_meter"])
+def test_none_or_a_foreign_object_where_an_odesolve_one_is_needed(name):
+    with pytest.raises(TypeError, match=rf"{name}=None .*pass e\.g\. odesolve\."):
+        solve(**{name: None})
+
+    class Foreign:  # as a Diffrax object looks to odesolve
+        __module__ = "diffrax._solver"
+
+    with pytest.raises(TypeError, match=rf"{name}=.*diffrax\.Foreign.*does not mix"):
+        solve(**{name: Foreign()})
+
+
+@pytest.mark.parametrize("name", ["t0", "t1", "dt0"])
+def test_times_must_be_real_scalars(name):
+    with pytest.raises(ValueError, match=rf"{name} has shape \(2,\): pass a scalar"):
+        solve(**{name: jnp.array([0.5, 0.7])})
+    with pytest.raises(TypeError, match=rf"{name}='0.5': pass a real number"):
+        solve(**{name: "0.5"})
+
+
 def test_non_event_and_resuming_are_refused():
     with pytest.raises(TypeError, match=r"event=<object.*odesolve.Event"):
         solve(event=object())
