@@ -579,8 +579,12 @@ def _outputs(config, params, y0, final, buffers, cut):
     if config.save_t0:
         parts.append((d * params.t_start[None], saved(d * params.t_start[None], y0[None])))
     if params.save_ts is not None:
-        ys, ts = buffers.pop(0)[:-1], params.save_ts[:-1]
-        parts.append(_before(cut, ts, d * ts, saved(d * ts, ys)))
+        ys, tau = buffers.pop(0)[:-1], params.save_ts[:-1]
+        # A solve stopped early (max_steps with throw=False) leaves its later rows unused:
+        # inf, in ts as in ys.
+        rows = jnp.arange(tau.shape[0], dtype=final.ts_index.dtype)
+        ts = jnp.where(rows < final.ts_index, d * tau, jnp.inf)
+        parts.append(_before(cut, tau, ts, saved(ts, ys)))
     if config.save_every:
         parts.append(_steps_output(config, params, final, buffers.pop(0), cut))
     if config.save_t1 and not config.save_every:

@@ -118,6 +118,31 @@ def test_unused_step_rows_are_inf():
     assert sol.ts[accepted - 1] == 10.0
 
 
+@pytest.mark.parametrize("t0, t1", [(0.0, 3.0), (3.0, 0.0)])
+def test_save_times_a_stopped_solve_did_not_reach_are_inf(t0, t1):
+    """max_steps reached with throw=False: the save times after the last step are unused
+    rows, inf in ts as in ys (as Diffrax pads them); the reached ones are kept."""
+    field = lambda t, y, args: jnp.stack([y[1], -2.0 * y[0] - 0.3 * y[1] + jnp.sin(t)])
+    ts = jnp.linspace(t0, t1, 5)
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field),
+        ode.Tsit5(),
+        t0,
+        t1,
+        0.1 if t1 > t0 else -0.1,
+        jnp.array([1.0, 0.0]),
+        saveat=ode.SaveAt(ts=ts),
+        stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-8),
+        max_steps=5,
+        throw=False,
+    )
+    assert sol.result == ode.RESULTS.max_steps_reached
+    reached = np.isfinite(np.asarray(sol.ys[:, 0]))
+    assert 0 < reached.sum() < 5 and np.all(reached[: reached.sum()])
+    np.testing.assert_array_equal(np.asarray(sol.ts)[reached], np.asarray(ts)[reached])
+    assert np.all(np.asarray(sol.ts)[~reached] == np.inf)
+
+
 def test_steps_fill_the_output_when_max_steps_is_exactly_the_step_count():
     sol = ode.diffeqsolve(
         ode.ODETerm(lambda t, y, args: -y),
