@@ -16,6 +16,7 @@ import numpy as np
 from adjoints import AbstractAdjoint, JaxprClosure, closure_convert
 
 from ._controller._base import AbstractStepSizeController
+from ._controller._base import concrete_float as _concrete
 from ._controller.constant import StepTo
 from ._event import BoundCondition, condition_kwargs
 from ._flat import widest_float
@@ -35,15 +36,6 @@ class Inputs(eqx.Module):
     y0: Any
     direction: Any  # +1/-1 when t0, t1 are concrete, else None (decided at run time)
     num_steps: Any  # static step count when known, else None
-
-
-def _concrete(x: Any) -> float | None:
-    if isinstance(x, jax.core.Tracer):
-        return None
-    try:
-        return float(np.asarray(x))
-    except (TypeError, ValueError):
-        return None
 
 
 def _float_dtype(dtype) -> Any:

@@ -186,12 +186,25 @@ def test_non_event_and_resuming_are_refused():
         (lambda: ode.SaveAt(ts=jnp.ones((2, 2))), r"1-D.*shape \(2, 2\)"),
         (lambda: ode.PIDController(rtol=-1.0, atol=1e-6), r"rtol=-1.0"),
         (lambda: ode.PIDController(rtol=0.0, atol=0.0), r"rtol=0, atol=0"),
+        (lambda: ode.PIDController(rtol=np.float32(-1e-3), atol=1e-6), r"rtol=-0.001\): .*>= 0"),
+        (lambda: ode.PIDController(rtol=1e-3, atol=-jnp.float32(1e-6)), r"atol=-1e-06\)"),
+        (lambda: ode.PIDController(rtol=float("nan"), atol=1e-6), r"rtol=nan"),
+        (lambda: ode.PIDController(1e-3, 1e-6, dtmin=0.5, dtmax=0.1), r"dtmin=0.5, dtmax=0.1"),
+        (lambda: ode.PIDController(1e-3, 1e-6, dtmax=0.0), r"dtmax=0.0\): .*> 0"),
+        (lambda: ode.PIDController(1e-3, 1e-6, factormin=2.0), r"factormin=2.0\): .*\(0, 1\]"),
+        (lambda: ode.PIDController(1e-3, 1e-6, factormax=0.5), r"factormax=0.5\): .*>= 1"),
+        (lambda: ode.PIDController(1e-3, 1e-6, safety=1.5), r"safety=1.5"),
         (lambda: ode.StepTo(jnp.array([0.0])), r"StepTo\(ts\).*shape \(1,\)"),
     ],
 )
 def test_bad_strategy_objects(make, pattern):
     with pytest.raises(ValueError, match=pattern):
         make()
+
+
+def test_a_tolerance_given_as_a_string():
+    with pytest.raises(TypeError, match=r"PIDController\(rtol='1e-3'\): pass a number"):
+        ode.PIDController(rtol="1e-3", atol=1e-6)
 
 
 def test_evaluate_without_dense_output():

@@ -7,6 +7,19 @@ increases; `wrap(direction)` maps a controller's own time arrays into it.
 from typing import Any
 
 import equinox as eqx
+import jax
+import numpy as np
+
+
+def concrete_float(x: Any) -> float | None:
+    """`x` as a Python float when it is known at trace time, else None (a tracer, or not
+    a real scalar)."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return float(np.asarray(x))
+    except (TypeError, ValueError):
+        return None
 
 
 class Proposal(eqx.Module):

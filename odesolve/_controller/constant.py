@@ -9,13 +9,7 @@ from jax import lax
 
 from .._results import RESULTS
 from ._base import AbstractStepSizeController, Proposal
-
-
-def _concrete(x: Any) -> float | None:
-    try:
-        return float(x)
-    except Exception:  # a tracer: not known until run time
-        return None
+from ._base import concrete_float as _concrete
 
 
 class ConstantStepSize(AbstractStepSizeController):

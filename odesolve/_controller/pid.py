@@ -9,6 +9,7 @@ with e the scaled error norm of a step and q the solver's error order, clipped t
 [1, factormax] on acceptance and [factormin, safety] on rejection.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._results import RESULTS
-from ._base import AbstractStepSizeController, Proposal
+from ._base import AbstractStepSizeController, Proposal, concrete_float
 
 
 def rms_norm(x: Any) -> Any:
@@ -31,6 +32,23 @@ def rms_norm(x: Any) -> Any:
 
 def _is_zero(x: Any) -> bool:
     return isinstance(x, (int, float)) and x == 0
+
+
+# Allowed values of PIDController's scalar options: (low, high, low allowed, the fix).
+_RANGES = {
+    "rtol": (0.0, math.inf, True, "tolerances must be >= 0, e.g. 1e-6."),
+    "atol": (0.0, math.inf, True, "tolerances must be >= 0, e.g. 1e-6."),
+    "dtmin": (0.0, math.inf, True, "a step size bound must be >= 0 (a magnitude)."),
+    "dtmax": (0.0, math.inf, False, "a step size bound must be > 0 (a magnitude)."),
+    "factormin": (0.0, 1.0, False, "must be in (0, 1]: how far a step may shrink, e.g. 0.2."),
+    "factormax": (1.0, math.inf, True, "must be >= 1: how far a step may grow, e.g. 10."),
+    "safety": (0.0, 1.0, False, "must be in (0, 1], e.g. 0.9."),
+}
+
+
+def _known(value: Any) -> float | None:
+    """A scalar option's value when known at construction (None: unset or traced)."""
+    return None if value is None else concrete_float(value)
 
 
 class PIDController(AbstractStepSizeController):
@@ -58,13 +76,29 @@ class PIDController(AbstractStepSizeController):
     error_order: Any = None
 
     def __check_init__(self):
-        for name in ("rtol", "atol"):
+        """Values known when constructed (numbers, NumPy or concrete JAX scalars) are
+        checked here; traced ones cannot be."""
+        for name in ("rtol", "atol", "dtmin", "dtmax", "factormin", "factormax", "safety"):
             value = getattr(self, name)
-            if isinstance(value, (int, float)) and value < 0:
-                raise ValueError(f"PIDController({name}={value}): tolerances must be >= 0.")
-        if isinstance(self.rtol, (int, float)) and isinstance(self.atol, (int, float)):
-            if self.rtol == 0 and self.atol == 0:
-                raise ValueError("PIDController(rtol=0, atol=0): set at least one > 0.")
+            if isinstance(value, (str, bytes)):
+                raise TypeError(f"PIDController({name}={value!r}): pass a number.")
+        known = {name: _known(getattr(self, name)) for name in _RANGES}
+        for name, (low, high, closed_low, fix) in _RANGES.items():
+            value = known[name]
+            if value is None:
+                continue
+            above = value >= low if closed_low else value > low
+            if not (above and value <= high):  # also catches nan
+                given = getattr(self, name)
+                shown = given if isinstance(given, (int, float)) else f"{value:.6g}"
+                raise ValueError(f"PIDController({name}={shown}): {fix}")
+        if known["rtol"] == 0 and known["atol"] == 0:
+            raise ValueError("PIDController(rtol=0, atol=0): set at least one > 0.")
+        dtmin, dtmax = known["dtmin"], known["dtmax"]
+        if dtmin is not None and dtmax is not None and dtmin > dtmax:
+            raise ValueError(
+                f"PIDController(dtmin={dtmin}, dtmax={dtmax}): dtmin must not exceed dtmax."
+            )
 
     @property
     def needs_error(self) -> bool:
