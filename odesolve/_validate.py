@@ -114,9 +114,14 @@ def _check_times(t0, t1, dt0, controller, event):
 
 
 def _check_save_ts(ts, c0, c1):
-    if ts is None or isinstance(ts, jax.core.Tracer) or c0 is None or c1 is None:
+    if ts is None or isinstance(ts, jax.core.Tracer):
         return
     ts = np.asarray(ts, dtype=float)
+    if not np.all(np.isfinite(ts)):
+        i = int(np.argmax(~np.isfinite(ts)))
+        raise ValueError(f"SaveAt(ts=...) has ts[{i}]={ts[i]}: save times must be finite.")
+    if c0 is None or c1 is None:
+        return
     sign = 1 if c1 > c0 else -1
     if np.any(np.diff(ts) * sign < 0):
         i = int(np.argmax(np.diff(ts) * sign < 0))
@@ -148,6 +153,13 @@ def _converted_vector_field(terms, t0, y0, args):
     out, expected = converted.out_struct, jax.eval_shape(lambda: y0)
     got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
     shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
+    complex_leaves = [x.dtype for x in jtu.tree_leaves(out) if jnp.iscomplexobj(x)]
+    if complex_leaves:
+        raise TypeError(
+            f"the vector field returned a complex value ({complex_leaves[0]}) for a real "
+            "state: its imaginary part would be dropped. Return real arrays, or solve for "
+            "the real and imaginary parts as two real states."
+        )
     if got_def != want_def or shapes(out) != shapes(expected):
         raise ValueError(
             "the vector field's output does not match y0: f(t, y, args) returned "

@@ -82,6 +82,16 @@ def test_save_ts_outside_the_interval(ts):
         solve(saveat=ode.SaveAt(ts=jnp.array(ts)))
 
 
+def test_save_ts_not_finite():
+    with pytest.raises(ValueError, match=r"ts\[1\]=nan: save times must be finite"):
+        solve(saveat=ode.SaveAt(ts=jnp.array([0.5, jnp.nan])))
+
+
+def test_vector_field_returning_complex_values():
+    with pytest.raises(TypeError, match=r"complex value \(complex128\) for a real state"):
+        solve(terms=ode.ODETerm(lambda t, y, args: y.astype(jnp.complex128)))
+
+
 def test_t0_equal_to_t1():
     with pytest.raises(ValueError, match=r"t0 == t1 == 1.0"):
         solve(t0=1.0, t1=1.0)
