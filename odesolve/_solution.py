@@ -28,11 +28,12 @@ class StepRows(eqx.Module):
     count: Int[Array, ""]
 
     def locate(self, tau: Float[Array, " m"]) -> tuple[Any, Any]:
-        """Row index holding each tau, and whether such a row exists."""
+        """Row index holding each tau, and whether such a row exists (tau within the
+        steps taken)."""
         rows = jnp.arange(self.t_end.shape[0], dtype=self.count.dtype)
         t_end = jnp.where(rows < self.count, self.t_end, jnp.inf)
         index = jnp.searchsorted(t_end, tau, side="left")
-        found = index < self.count.astype(index.dtype)
+        found = (index < self.count.astype(index.dtype)) & (tau >= self.t_start[0])
         return jnp.clip(index, 0, jnp.maximum(self.count.astype(index.dtype) - 1, 0)), found
 
     def _local(self, tau):
@@ -46,13 +47,13 @@ class StepRows(eqx.Module):
         index, found, h, theta = self._local(tau)
         weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
         y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
-        return jnp.where(found[:, None], y, jnp.inf)
+        return jnp.where(found[:, None], y, jnp.nan)
 
     def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
         index, found, h, theta = self._local(tau)
         weights = interpolation_slopes(jnp.asarray(interp, h.dtype), theta)
         dy = jnp.einsum("ms,msn->mn", weights, self.stages[index])
-        return jnp.where(found[:, None], dy, jnp.inf)
+        return jnp.where(found[:, None], dy, jnp.nan)
 
 
 class DenseInterpolation(eqx.Module):
@@ -74,7 +75,8 @@ class DenseInterpolation(eqx.Module):
         return jax.tree_util.tree_map(lambda x: x[0], out) if jnp.ndim(t) == 0 else out
 
     def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
-        """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array."""
+        """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array.
+        Outside the interval solved over: NaN, as in Diffrax (no extrapolation)."""
         if t1 is not None:
             return jax.tree_util.tree_map(
                 lambda a, b: b - a,

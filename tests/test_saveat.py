@@ -251,6 +251,15 @@ def test_backwards_dense_output():
     np.testing.assert_allclose(slopes, np.cos(ts) * backwards_exact(ts), rtol=1e-5, atol=1e-6)
 
 
+def test_dense_output_outside_the_interval_is_nan_on_both_sides():
+    """As in Diffrax: no extrapolation before t0 or after t1, forwards and backwards."""
+    sol = backwards_solution()  # from t = 2 down to 0
+    outside = np.array([2.5, 2.0 + 1e-9, -1e-9, -1.0])
+    assert np.all(np.isnan(sol.evaluate(outside))) and np.all(np.isnan(sol.derivative(outside)))
+    inside = np.array([2.0, 1.0, 0.0])
+    assert np.all(np.isfinite(sol.evaluate(inside)))
+
+
 def summary(t, y, args):
     return {"total": jnp.sum(y), "t": t, "scaled": args * y}
 
