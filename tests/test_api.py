@@ -388,6 +388,28 @@ def test_pid_options_take_the_steps_diffrax_takes(name):
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-8)
 
 
+@pytest.mark.parametrize("name", ["Bosh3", "Tsit5", "Dopri5", "Dopri8"])
+def test_adaptive_explicit_solvers_take_the_steps_diffrax_takes(name):
+    """Same tableau, same error estimate, same controller: the same steps (Dopri5's
+    embedded weights are the ones Diffrax and torchdiffeq use)."""
+
+    def solve(library):
+        return library.diffeqsolve(
+            library.ODETerm(helpers.lotka_volterra),
+            getattr(library, name)(),
+            0.0,
+            10.0,
+            0.1,
+            jnp.array([1.0, 1.0]),
+            stepsize_controller=library.PIDController(rtol=1e-6, atol=1e-6),
+        )
+
+    ours, theirs = solve(ode), solve(diffrax)
+    for key in ("num_steps", "num_accepted_steps", "num_rejected_steps"):
+        assert int(ours.stats[key]) == int(theirs.stats[key]), key
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-9)
+
+
 def test_pid_dtmin_and_dtmax_bound_the_steps():
     sizes = step_sizes(lv_steps_with("dtmin-dtmax"))
     assert np.all(sizes <= DTMAX * (1 + 1e-12))
