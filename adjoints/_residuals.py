@@ -118,6 +118,7 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
     residuals that the trace shows to be literals are constants, not taped.
     Remembered for the loop at hand: choosing a schedule, the forward sweep and the reverse
     sweep each ask for it, and tracing a step is the dearest part of compiling a gradient."""
+    carry = _traceable(carry)
     key = (loop, _signature(params), _signature(diff), _signature(carry))
     for known, layout in _recent:
         if known == key:
@@ -138,6 +139,17 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
 
 
 _recent: list = []
+
+
+def _traceable(carry: Any) -> Any:
+    """A carry's Python and NumPy scalars and arrays as JAX arrays, so that the layout's
+    trace sees them as values, as every sweep's steps do (they step carries the loop
+    made). The reverse sweep receives the initial carry with some leaves made concrete
+    (a flag as a Python bool): traced with those constants, the step would show other
+    residuals as literals (a `cond`'s branch index), and the sweeps would pack different
+    rows."""
+    concrete = (bool, int, float, np.ndarray, np.generic)
+    return jtu.tree_map(lambda x: jnp.asarray(x) if isinstance(x, concrete) else x, carry)
 
 
 def _literals(jaxpr) -> dict:
