@@ -417,6 +417,14 @@ def test_pid_dtmin_and_dtmax_bound_the_steps():
     assert np.any(sizes < 0.99 * DTMAX)  # dtmax does not decide every step
 
 
+def test_pid_first_step_is_at_least_dtmin():
+    """As in Diffrax: dt0 below dtmin starts at dtmin, and the steps follow Diffrax's."""
+    ours, theirs = (lv_steps(lib, dt0=0.01, dtmin=0.2) for lib in (ode, diffrax))
+    assert float(ours.ts[0]) == 0.2
+    assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"])
+    np.testing.assert_allclose(ours.ts, theirs.ts, rtol=1e-9)
+
+
 def test_pid_lands_on_step_ts():
     sol = lv_steps_with("step_ts-norm-factors")
     for t in STEP_TS:

@@ -13,10 +13,11 @@ from ._base import concrete_float as _concrete
 
 
 class ConstantStepSize(AbstractStepSizeController):
-    """Steps of size `dt0`, the last one shortened to land on t1.
+    """n = ceil((t1 - t0) / dt0) equal steps: of size dt0 when it divides t1 - t0.
 
     Step k ends at t0 + (t1 - t0) (k+1)/n rather than at a running sum of dt0, so rounding
-    errors do not accumulate.
+    errors do not accumulate. Unlike Diffrax, which steps by dt0 and shortens the last
+    step, a dt0 that does not divide the span gives n steps slightly shorter than dt0.
     """
 
     def num_steps(self, t0, t1, dt0):

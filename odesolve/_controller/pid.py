@@ -136,6 +136,8 @@ class PIDController(AbstractStepSizeController):
         dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
         if self.dtmax is not None:
             dt0 = jnp.minimum(dt0, self.dtmax)
+        if self.dtmin is not None:  # as Diffrax: the first step too is at least dtmin
+            dt0 = jnp.maximum(dt0, self.dtmin)
         one = jnp.ones((), jnp.result_type(t0))
         # Only the history the filter reads is carried: an I controller (the default)
         # carries none, which is two fewer selects on every step.
