@@ -9,6 +9,7 @@ interpolation data (a few vectors) into a row buffer; after the loop every save 
 interpolated at once. `SaveAt(steps=...)` and `SaveAt(dense=True)` write rows the same way.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -72,6 +73,7 @@ class _Config(eqx.Module):
     event: EventRecord | None = eqx.field(static=True)
     # Nothing that sets the step times can be differentiated (see `_static_times`).
     static_times: bool = eqx.field(static=True)
+    batched: bool = eqx.field(static=True, default=False)  # `vmap` directly around
 
     @property
     def fsal(self) -> bool:
@@ -175,6 +177,10 @@ def _start_derivative(config, params, state):
     if not config.jumps:
         return state.k0
     # After a jump `t` is already just past it: this is the right limit.
+    if config.batched:
+        # Under `vmap` a `cond` on a per-sample flag runs both branches anyway, and its
+        # batched linearisation cannot be transposed (reverse mode's batched step VJP).
+        return jnp.where(state.made_jump, vf(state.t, state.y, args), state.k0)
     return jax.lax.cond(state.made_jump, lambda: vf(state.t, state.y, args), lambda: state.k0)
 
 
@@ -736,6 +742,7 @@ def _solve(
         event,
         static_times,
     )
+    config = dataclasses.replace(config, batched=batch > 1)
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
         save_ts = jnp.append(direction * jnp.asarray(saveat.ts, time_dtype), jnp.inf)

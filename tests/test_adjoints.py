@@ -856,3 +856,27 @@ def test_gradients_with_jump_ts(adjoint, jump):
 
     grads = jax.grad(y_end, argnums=(0, 1))(1.0, 1.0)
     np.testing.assert_allclose(grads, [np.exp(-2.0), -2.0 * np.exp(-2.0)], rtol=1e-7)
+
+
+def test_gradients_with_jump_ts_of_a_vmapped_solve():
+    """`vmap` directly around the solve (the samples stepped in lockstep) under `grad`:
+    the jump's re-evaluation must be transposable when batched."""
+
+    def y_end(y0, rate):
+        return ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -a * y),
+            ode.Tsit5(),
+            0.0,
+            2.0,
+            0.1,
+            y0,
+            rate,
+            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8, jump_ts=jnp.array([1.0])),
+            max_steps=64,
+        ).ys[-1]
+
+    loss = lambda y0s, rate: jnp.sum(jax.vmap(y_end, in_axes=(0, None))(y0s, rate))
+    y0s = jnp.array([1.0, 2.0])
+    d_y0s, d_rate = jax.grad(loss, argnums=(0, 1))(y0s, 1.0)
+    np.testing.assert_allclose(d_y0s, np.exp(-2.0) * np.ones(2), rtol=1e-7)
+    np.testing.assert_allclose(d_rate, -2.0 * np.exp(-2.0) * 3.0, rtol=1e-7)
