@@ -94,6 +94,10 @@ def _augmented_field(problem):
     return field
 
 
+def _like(new, old):
+    return jtu.tree_map(lambda n, o: n.astype(o.dtype), new, old)
+
+
 @_backsolve_loop.def_bwd
 def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, problem, seminorm):
     final, out_buffers = residuals
@@ -112,17 +116,22 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, prob
         """From the later point back to `t_prev`, then add that point's cotangent."""
         t_from, y_from, a, g = state
         t_prev, y_prev, ct_prev = point
-        _, a, g = problem.integrate(
+        _, a_new, g_new = problem.integrate(
             augmented, theta, (y_from, a, g), t_from, t_prev, seminorm, params
         )
-        return (t_prev, y_prev, a + ct_prev, g), None
+        # Cotangents keep their dtypes: a parameter narrower than the state (float32
+        # weights, float64 state) has its cotangent integrated at the state's precision.
+        return (t_prev, y_prev, _like(a_new, a) + ct_prev, _like(g_new, g)), None
 
     state = (t_end, y_end, a, g)
     if save_ts is not None:
         points = (save_ts[::-1], ys[::-1], ct_ys[::-1])
         state, _ = lax.scan(back, state, points)
     t_last, y_last, a, g = state
-    _, a, g = problem.integrate(augmented, theta, (y_last, a, g), t_last, t_start, seminorm, params)
+    _, a_new, g_new = problem.integrate(
+        augmented, theta, (y_last, a, g), t_last, t_start, seminorm, params
+    )
+    a, g = _like(a_new, a), _like(g_new, g)
     ct_params = problem.with_theta_cotangent(params, g)
     ct_init = problem.with_y_cotangent(init, a)
     return ct_params, ct_init

@@ -258,6 +258,8 @@ def normalise_inputs(
     cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
     time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
+    # As Diffrax: a state narrower than its times (float64 arrays) is promoted to them.
+    y0 = jtu.tree_map(lambda y: y.astype(widest_float(y, time_dtype)), y0)
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
     terms = _converted_vector_field(terms, t0, y0, args)

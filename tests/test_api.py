@@ -578,3 +578,32 @@ def test_progress_meter_under_vmap_reports_the_slowest_sample():
     jax.block_until_ready(jax.jit(jax.vmap(solve))(jnp.array([0.1, 1.0, 5.0, 20.0])))
     assert len(seen) > 5
     assert all(b >= a for a, b in zip(seen, seen[1:]))
+
+
+@pytest.mark.parametrize(
+    "adjoint", [ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint(), ode.BacksolveAdjoint()]
+)
+def test_a_float32_state_with_float64_times_is_promoted(adjoint):
+    """As in Diffrax: float64 time arrays promote a float32 state (it crashed in the
+    closure conversion); float32 parameters keep float32 cotangents, also through the
+    continuous adjoint's integration of them."""
+
+    def loss(rate):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -a.astype(y.dtype) * y),  # strict promotion
+            ode.Tsit5(),
+            jnp.float64(0.0),
+            jnp.float64(1.0),
+            0.1,
+            jnp.ones(2, jnp.float32),
+            rate,
+            adjoint=adjoint,
+            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 3)),
+        )
+        return jnp.sum(sol.ys), sol.ys.dtype
+
+    (value, dtype), grad = jax.value_and_grad(loss, has_aux=True)(jnp.float32(1.0))
+    assert dtype == jnp.float64 and grad.dtype == jnp.float32
+    ts = np.linspace(0.0, 1.0, 3)
+    np.testing.assert_allclose(value, 2 * np.sum(np.exp(-ts)), rtol=1e-6)
+    np.testing.assert_allclose(grad, -2 * np.sum(ts * np.exp(-ts)), rtol=1e-5)
