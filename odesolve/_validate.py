@@ -258,8 +258,13 @@ def normalise_inputs(
     cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
     time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
-    # As Diffrax: a state narrower than its times (float64 arrays) is promoted to them.
-    y0 = jtu.tree_map(lambda y: y.astype(widest_float(y, time_dtype)), y0)
+    # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
+    # Python-number times are weakly typed and leave each leaf's precision as it is.
+    floating = lambda x: jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)
+    arrays = [x for x in times if not isinstance(x, (bool, int, float)) and floating(x)]
+    if arrays:
+        widest = widest_float(*arrays)
+        y0 = jtu.tree_map(lambda y: y.astype(widest_float(y, widest)), y0)
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
     terms = _converted_vector_field(terms, t0, y0, args)
