@@ -823,6 +823,24 @@ def test_batched_outputs_and_gradients_match_per_sample_with_every_output():
         assert relative_error(grads[i], one_grad(p)) <= 1e-10
 
 
+def decay_past_a_jump(y0, rate, jump=1.0, adjoint=ode.RecursiveCheckpointAdjoint()):
+    """y(2) of y' = -rate y, with `jump` declared in `jump_ts` (f is smooth there: the
+    gradient is that of exp(-2 rate) y0 whatever the jump does to the steps)."""
+    return ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, a: -a * y),
+        ode.Tsit5(),
+        0.0,
+        2.0,
+        0.1,
+        y0,
+        rate,
+        adjoint=adjoint,
+        saveat=ode.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
+        stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8, jump_ts=jnp.array([jump])),
+        max_steps=256,
+    ).ys[-1]
+
+
 @pytest.mark.parametrize(
     "adjoint",
     [
@@ -838,22 +856,7 @@ def test_gradients_with_jump_ts(adjoint, jump):
     The reverse sweep is handed that flag as a Python bool: the step's residual layout
     must not treat the `cond`'s branch as a constant there, or the sweeps pack their
     tape rows differently (the gradient came out 0.87 or 1.0 for exp(-2))."""
-
-    def y_end(y0, rate):
-        return ode.diffeqsolve(
-            ode.ODETerm(lambda t, y, a: -a * y),
-            ode.Tsit5(),
-            0.0,
-            2.0,
-            0.1,
-            y0,
-            rate,
-            adjoint=adjoint,
-            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
-            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8, jump_ts=jnp.array([jump])),
-            max_steps=256,
-        ).ys[-1]
-
+    y_end = functools.partial(decay_past_a_jump, jump=jump, adjoint=adjoint)
     grads = jax.grad(y_end, argnums=(0, 1))(1.0, 1.0)
     np.testing.assert_allclose(grads, [np.exp(-2.0), -2.0 * np.exp(-2.0)], rtol=1e-7)
 
@@ -861,21 +864,7 @@ def test_gradients_with_jump_ts(adjoint, jump):
 def test_gradients_with_jump_ts_of_a_vmapped_solve():
     """`vmap` directly around the solve (the samples stepped in lockstep) under `grad`:
     the jump's re-evaluation must be transposable when batched."""
-
-    def y_end(y0, rate):
-        return ode.diffeqsolve(
-            ode.ODETerm(lambda t, y, a: -a * y),
-            ode.Tsit5(),
-            0.0,
-            2.0,
-            0.1,
-            y0,
-            rate,
-            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8, jump_ts=jnp.array([1.0])),
-            max_steps=64,
-        ).ys[-1]
-
-    loss = lambda y0s, rate: jnp.sum(jax.vmap(y_end, in_axes=(0, None))(y0s, rate))
+    loss = lambda y0s, rate: jnp.sum(jax.vmap(decay_past_a_jump, in_axes=(0, None))(y0s, rate))
     y0s = jnp.array([1.0, 2.0])
     d_y0s, d_rate = jax.grad(loss, argnums=(0, 1))(y0s, 1.0)
     np.testing.assert_allclose(d_y0s, np.exp(-2.0) * np.ones(2), rtol=1e-7)
