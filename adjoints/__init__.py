@@ -19,7 +19,9 @@ from ._adjoint import (
 from ._adjoint import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
+from ._adjoint import SCHEDULES as SCHEDULES
 from ._backsolve import ContinuousProblem as ContinuousProblem
+from ._batching import batch_size as batch_size
 from ._closure import (
     JaxprClosure as JaxprClosure,
 )
@@ -40,9 +42,6 @@ from ._loop import (
 )
 from ._loop import (
     apply_writes as apply_writes,
-)
-from ._loop import (
-    batch_size as batch_size,
 )
 from ._loop import (
     run_plain as run_plain,

@@ -43,6 +43,9 @@ from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
 from ._schedule import Nested, Online, Revolve, Segments, Tape
 
+# The checkpoint schedules `RecursiveCheckpointAdjoint(schedule=...)` accepts.
+SCHEDULES = ("tape", "segments", "online", "revolve", "nested")
+
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. Every stored byte is written once and read once, and a
 # fresh tape costs about 1 ms per MB on XLA:CPU (allocation and page faults), so a tape
@@ -130,33 +133,56 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
       4 MiB, and at least 16 KiB per sample (more than 256 samples get more). The states
       are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
+    - `schedule`: None (default) chooses as above; a name forces one schedule, sized by
+      `checkpoints` when given, else by `memory_budget`: `"tape"` (every step),
+      `"segments"` (taped segments of `checkpoints` steps), `"online"` (online
+      thinning), `"revolve"` (binomial) and `"nested"` (nested segments). The last two
+      need a number of steps known when traced and no output between steps.
     """
 
     reverse_only: ClassVar[bool] = True
     checkpoints: int | None = None
     memory_budget: int | None = None
+    schedule: str | None = None
 
     def __check_init__(self):
+        if self.checkpoints is not None and (
+            isinstance(self.checkpoints, bool) or not isinstance(self.checkpoints, int)
+        ):
+            raise TypeError(
+                f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints!r}): pass an "
+                "integer number of states (or None to choose from memory_budget)."
+            )
         if self.checkpoints is not None and self.checkpoints < 2:
             raise ValueError(
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
                 "least 2 (or None to choose from memory_budget)."
             )
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"RecursiveCheckpointAdjoint(schedule={self.schedule!r}): pass one of "
+                f"{', '.join(repr(n) for n in SCHEDULES)}, or None to choose by memory."
+            )
 
-    def schedule(self, loop: Loop, init: Any, params: Any = None, diff: Any = None):
-        """The checkpoint schedule this adjoint uses for `loop`. With `params`, taping is
-        sized by its rows (a step's residuals, or a state, whichever is larger) for the
-        parameter leaves `diff` marks differentiated (None: every float one)."""
+    def choose_schedule(
+        self, loop: Loop, init: Any, params: Any = None, diff: Any = None, batch_size: int = 1
+    ):
+        """The checkpoint schedule this adjoint uses for `loop`, run `batch_size` samples
+        at a time. With `params`, taping is sized by its rows (a step's residuals, or a
+        state, whichever is larger) for the parameter leaves `diff` marks differentiated
+        (None: every float one)."""
         bound = num_ticks_bound(loop)
+        per_solve = self.budget_per_solve(batch_size)
+        per_state = per_tick = per_slot = carry_bytes(init)
+        if params is not None and self.checkpoints is None:
+            per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
+        if self.schedule is not None:
+            return self._named(loop, bound, per_state, per_tick, per_slot, per_solve)
         slots = self.checkpoints
         if slots is None:
-            per_solve = self.budget_per_solve(loop.batch_size)
-            per_state = per_tick = per_slot = carry_bytes(init)
-            if params is not None:
-                per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
             if per_solve // max(per_tick, 1) >= bound:
                 return Tape(bound)
-            if loop.num_steps is not None and loop.max_emits == 0 and loop.decision is None:
+            if _offline(loop) and loop.decision is None:
                 nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
                 if nested is not None:
                     return nested
@@ -169,9 +195,37 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             slots += loop.max_emits
         if slots >= bound:
             return Tape(bound)
-        if loop.num_steps is not None and loop.max_emits == 0:
+        if _offline(loop):
             return Revolve(slots, loop.num_steps)
         return Online(slots)
+
+    def _named(self, loop, bound, per_state, per_tick, per_slot, per_solve):
+        """The schedule `self.schedule` names: states by `checkpoints` (counted as in
+        the automatic choice), else by the memory budget."""
+        name, slots = self.schedule, self.checkpoints
+        if name == "tape":
+            return Tape(bound)
+        if name in ("revolve", "nested") and not _offline(loop):
+            raise ValueError(
+                f"RecursiveCheckpointAdjoint(schedule={name!r}) needs a number of steps "
+                "known when traced and no output between steps (ConstantStepSize or StepTo "
+                "with concrete times, SaveAt(t1=True) only). Use 'online' or 'segments'."
+            )
+        if name == "segments":
+            if slots is not None:
+                return Segments(max(2, min(slots, bound - 1)), bound)
+            fitted = Segments.fit(bound, per_state, per_tick, per_solve)
+            return fitted or Segments(2, bound)
+        if name == "nested":
+            fitted = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
+            return fitted or Nested.smallest(loop.num_steps, per_state, per_tick)
+        if slots is None:
+            slots = max(2, per_solve // max(per_slot, 1))
+        else:
+            slots += loop.max_emits
+        if name == "revolve":
+            return Revolve(min(slots, loop.num_steps), loop.num_steps)
+        return Online(min(slots, bound))
 
     def budget_per_solve(self, batch_size: int) -> int:
         """Bytes of stored states each of `batch_size` solves run together may take."""
@@ -181,7 +235,13 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return self.memory_budget // batch_size
 
     def run_loop(self, loop, params, init, buffers):
-        return checkpointed_loop(loop, self.schedule, params, init, buffers)
+        return checkpointed_loop(loop, self.choose_schedule, params, init, buffers)
+
+
+def _offline(loop: Loop) -> bool:
+    """Whether offline schedules apply: the number of steps is known and nothing is
+    emitted between them."""
+    return loop.num_steps is not None and loop.max_emits == 0
 
 
 class BacksolveAdjoint(AbstractAdjoint):

@@ -24,17 +24,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
-from ._batch_sum import masked_vjp, sum_over_batch
-from ._loop import (
-    Loop,
-    Write,
-    apply_writes,
-    if_any,
-    lockstep_while,
-    run_plain,
-    scratch_row,
-    tree_where,
-)
+from ._lockstep import if_any, lockstep_while, tree_where
+from ._loop import Loop, Write, apply_writes, run_plain, scratch_row
 from ._packing import Packing, is_float
 from ._residuals import layout_of, linearise, tape_rows, transposed
 from ._schedule.nested import Nested
@@ -71,7 +62,7 @@ def num_ticks_bound(loop: Loop) -> int:
 # --------------------------------------------------------------------------- forward
 
 
-def _forward(loop, schedule, params, diff, init, buffers):
+def _forward(loop, schedule, params, diff, init, buffers, batched):
     """Run the loop, storing carries per `schedule`. Returns the final carry, the buffers
     and a `_Sweep`. Its `last` is the carry before the last tick: revolve's first
     "youturn" starts from it, so the last stretch of the sweep is not recomputed.
@@ -83,7 +74,6 @@ def _forward(loop, schedule, params, diff, init, buffers):
     Two levels, as in `run_plain`: steps run in an inner loop that never touches the
     output buffers; the outer loop emits."""
     packing = Packing.of(init)
-    batched = loop.batch_size > 1
     segmented = isinstance(schedule, Segments)
     taping = segmented or isinstance(schedule, Tape)
     # Online slots also keep the residuals of the step from each stored state.
@@ -268,17 +258,20 @@ def _forward(loop, schedule, params, diff, init, buffers):
         (slots, slot_index, decisions, buffers),
         batched,
     )
-    return final, buffers, _Sweep(k, slots, slot_index, prev, decisions)
+    return final, buffers, _Sweep(k, slots, slot_index, prev, decisions, schedule)
 
 
 class _Sweep(eqx.Module):
-    """What the forward sweep leaves for the reverse sweep."""
+    """What the forward sweep leaves for the reverse sweep, and the schedule it kept
+    (chosen once, where the batch size is known: a reverse sweep under `jax.jacrev` runs
+    batched over cotangents after an unbatched forward sweep)."""
 
     n: Any  # ticks taken
     slots: Any  # stored carries, packed; one scratch row at the end
     slot_index: Any  # tick held by each slot, -1 if free (`Segments`: the segment states)
     last: Any  # carry before the last tick (None when taping)
     decisions: Any  # step-size decision after each tick (None unless replaying)
+    schedule: Any = eqx.field(static=True)
 
 
 def _decision_tape(loop, init, bound):
@@ -336,21 +329,20 @@ def _tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
 
 
 def _batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
-    """`_tick_vjp` under `vmap`, where `active`: returns the parameters' cotangent (summed
-    over the batch where shared), the carry's (unchanged where not `active`) and the
-    output buffers' cotangents. The samples that step are reversed together
-    (`masked_vjp`), and only when there are some; those that emit, one by one, the
-    others reading and clearing scratch rows."""
+    """`_tick_vjp` under `vmap`, where `active`: returns the parameters' cotangent (zero
+    where not `active`), the carry's (unchanged where not `active`) and the output
+    buffers' cotangents. A step's VJP runs only when some sample steps; a sample that
+    emits reads and clears its rows, the others scratch rows."""
     params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = _split(carry)
     ct_next = _split(ct_next)[0]
     pending = loop.pending(carry) if loop.max_emits else jnp.asarray(False)
     stepping, emitting = active & ~pending, active & pending
-    layout = layout_of(loop, params, diff, carry)
 
     def step_vjp():
-        taped = layout.taped(linearise(loop, params, diff, carry)[1])
-        return masked_vjp(layout, taped, params, diff, ct_next, stepping)
+        lin = linearise(loop, params, diff, carry)[1]
+        dp, dc = transposed(lin, params_f, carry_f)(ct_next)
+        return dc, _where(stepping, dp)
 
     zeros = jtu.tree_map(jnp.zeros_like, params_f)
     dc, dp = if_any(stepping, step_vjp, lambda: (ct_next, zeros))
@@ -389,12 +381,14 @@ def _add(a, b):
     return jtu.tree_map(lambda x, y: x + y, a, b)
 
 
+def _where(active, tree):
+    """`tree` where `active`, zeros elsewhere."""
+    return jtu.tree_map(lambda x: jnp.where(active, x, jnp.zeros_like(x)), tree)
+
+
 def _accumulate(active, total, term, params):
-    """total + term where `active`, else total. Under `vmap` the term is summed over the
-    batch for the parameters the samples share (see `sum_over_batch`), so `total` stays
-    one parameter-sized array rather than one per sample."""
-    add = lambda x, y, p: x + sum_over_batch(jnp.where(active, y, 0), p)
-    return jtu.tree_map(add, total, term, params)
+    """total + term where `active`, else total."""
+    return _add(total, _where(active, term))
 
 
 def _read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
@@ -417,7 +411,7 @@ def _reads_params(emit, params_f, carry_f) -> bool:
     return any(_read_leaves(emit, params_f, carry_f)[0])
 
 
-def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
+def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batched):
     """Ticks `span` = (first, last) are on the tape `slots`, tick k at row k - first:
     reverse them tick by tick, no recomputation. `start` holds the cotangents (of the
     carry after `last`, of the parameters so far) to begin from; where last < first no
@@ -435,8 +429,6 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
     params_f, params_s = eqx.partition(params, diff)
     lo, hi = span
     ct_final, ct_params = start
-    batched = loop.batch_size > 1
-
     layout, tape = rows
     carry_at = lambda k: tape.carry(slots, k - lo)
     if tape.combined:  # a state in every row: the tick's kind is read from it
@@ -449,8 +441,8 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
         return dc, dp
 
     def masked_step_vjp(k, ct_carry, mask):
-        residuals = tape.residuals(slots, k - lo)
-        return masked_vjp(layout, residuals, params, diff, ct_carry, mask)
+        dc, dp = step_vjp(k, ct_carry)
+        return dc, _where(mask, dp)
 
     example_f, example_s = _split(carry_at(lo))
     emit_reads_params = _reads_params(_emit_fn(loop, params_s, example_s), params_f, example_f)
@@ -474,9 +466,8 @@ def _reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows):
         return (k >= lo) & ~is_carry(jnp.maximum(k, lo))
 
     def emits_then_step(small, large, active):
-        """Batched: the run of emits after a step, then the step. The samples' step VJPs
-        are taken together (`masked_vjp`), so a parameter they share leaves the `cond`
-        as one array summed over the batch, not one per sample."""
+        """Batched: the run of emits after a step, then the step, whose VJP runs only
+        when some sample steps."""
         (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
             lambda s, b: is_emit(s[0]),
             lambda s, b, a: emit_tick(s, b, a & active),
@@ -588,7 +579,7 @@ def _next_store(slot_index, index, target, moved=True, previous=None):
 
 
 def _reverse_recompute(
-    loop, params, diff, sweep, start, ct_buffers, scratch, packing, enabled=True
+    loop, params, diff, sweep, start, ct_buffers, scratch, packing, batched, enabled=True
 ):
     """Reverse with recomputation from the stored carries, placing further checkpoints by
     Griewank's binomial rule. Each iteration reverses one tick: it advances (in an inner
@@ -602,7 +593,6 @@ def _reverse_recompute(
     ct_final, ct_params = start
     n, slots, slot_index, decisions = sweep.n, sweep.slots, sweep.slot_index, sweep.decisions
     scratch_slot = slot_index.shape[0]
-    batched = loop.batch_size > 1
 
     def tick(carry, index):
         carry, _ = loop.tick(params, carry, scratch)
@@ -639,7 +629,7 @@ def _reverse_recompute(
             (slots, slot_index),
             batched,
         )
-        if batched:  # a finished sample reverses nothing; shared parameters are summed
+        if batched:  # a finished sample reverses nothing
             pulled = _batched_tick_vjp(loop, params, diff, carry, ct_carry, ct_bufs, active)
         else:
             pulled = _tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
@@ -669,7 +659,9 @@ def _reverse_recompute(
     return (small[5], ct_params), ct_buffers
 
 
-def _reverse_segments(loop, params, diff, sweep, start, ct_buffers, rows, schedule, packing):
+def _reverse_segments(
+    loop, params, diff, sweep, start, ct_buffers, rows, schedule, packing, batched
+):
     """Reverse by `Segments`: the forward sweep left the last segment of each sample on
     the tape and the state before every segment. Segments are taken last to first; each
     but the last is first run again from its state, taping its ticks (with the first
@@ -679,7 +671,6 @@ def _reverse_segments(loop, params, diff, sweep, start, ct_buffers, rows, schedu
     `_reverse_tape`."""
     length, (layout, taped_rows) = schedule.length, rows
     n, states, decisions = sweep.n, sweep.slot_index, sweep.decisions
-    batched = loop.batch_size > 1
 
     def retape(tape, first, end):
         """Ticks [first, end) again from the state before `first`, taped at rows from
@@ -717,7 +708,7 @@ def _reverse_segments(loop, params, diff, sweep, start, ct_buffers, rows, schedu
         span = (first, jnp.where(active, end - 1, first - 1))
         start = (ct_carry, ct_params)
         (ct_carry, ct_params), ct_bufs = _reverse_tape(
-            loop, params, diff, tape, span, start, ct_bufs, rows
+            loop, params, diff, tape, span, start, ct_bufs, rows, batched
         )
         return (first - length, ct_carry), (tape, ct_params, ct_bufs)
 
@@ -766,12 +757,8 @@ def _reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
             row = count - 1 - i
             residuals = taped_rows.residuals(tape, row)
             taken = first + row < n
-            if loop.batch_size > 1:  # the samples' VJPs taken together
-                dc, dp = masked_vjp(layout, residuals, params, diff, ct, taken)
-                ct_params = _add(ct_params, dp)
-            else:
-                dp, dc = layout.vjp(residuals, params)(ct)
-                ct_params = _accumulate(taken, ct_params, dp, params_f)
+            dp, dc = layout.vjp(residuals, params)(ct)
+            ct_params = _accumulate(taken, ct_params, dp, params_f)
             ct = tree_where(taken, dc, ct)
             return ct, ct_params
 
@@ -822,13 +809,16 @@ def _differentiable_loop(params_and_init, buffers, *, loop, choose):
 
 
 # The schedule is chosen here, not by the caller: sizing a tape by a step's residuals
-# linearises the step (at trace time), which only a differentiated solve should do.
+# linearises the step (at trace time), which only a differentiated solve should do. Under
+# `vmap` both sweeps move the samples in lockstep, and return one cotangent per sample,
+# which `vmap`'s rule for custom VJPs sums where the composition asks for it.
 @_differentiable_loop.def_fwd
 def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
     diff = _diff(perturbed, params)
-    schedule = choose(loop, init, params, diff)
-    final, buffers, sweep = _forward(loop, schedule, params, diff, init, buffers)
+    schedule = choose(loop, init, params, diff, loop.batch_size)
+    batched = loop.batch_size > 1
+    final, buffers, sweep = _forward(loop, schedule, params, diff, init, buffers, batched)
     return (final, buffers), sweep
 
 
@@ -842,7 +832,13 @@ def _diff(perturbed, params):
 def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     params, init = params_and_init
     diff = _diff(perturbed, params)
-    schedule = choose(loop, init, params, diff)
+    batched = loop.batch_size > 1
+    return _reverse(loop, sweep, grad_obj, params, diff, init, buffers, batched)
+
+
+def _reverse(loop, sweep, grad_obj, params, diff, init, buffers, batched):
+    """Cotangents of (the differentiated parameters, the initial carry)."""
+    schedule = sweep.schedule
     ct_final, ct_buffers = grad_obj
     final_shape = jax.eval_shape(lambda: init)
     ct_final = _split(_materialise(ct_final, final_shape))[0]  # float leaves only
@@ -852,14 +848,14 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     start = (ct_final, zero_params)
     fixed = (loop, params, diff, sweep)
     taped = (loop, params, diff, sweep.slots)  # `_reverse_tape`'s first arguments
-    rest = (scratch, Packing.of(init))
+    rest = (scratch, Packing.of(init), batched)
     if isinstance(schedule, Tape):
         rows = tape_rows(loop, params, diff, init)
         span = (jnp.int32(0), sweep.n - 1)
-        (ct_init, ct_params), _ = _reverse_tape(*taped, span, start, ct_buffers, rows)
+        (ct_init, ct_params), _ = _reverse_tape(*taped, span, start, ct_buffers, rows, batched)
     elif isinstance(schedule, Segments):
         rows = tape_rows(loop, params, diff, init)
-        segments = (rows, schedule, rest[1])
+        segments = (rows, schedule, rest[1], batched)
         (ct_init, ct_params), _ = _reverse_segments(*fixed, start, ct_buffers, *segments)
     elif isinstance(schedule, Online):
         # Until its slots fill up, online checkpointing has stored every state in order
@@ -869,7 +865,7 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
         as_tape = eqxi.unvmap_all(sweep.n <= schedule.slots)
         rows = tape_rows(loop, params, diff, init, combined=True)
         span = (jnp.int32(0), jnp.where(as_tape, sweep.n - 1, -1))
-        start, ct_buffers = _reverse_tape(*taped, span, start, ct_buffers, rows)
+        start, ct_buffers = _reverse_tape(*taped, span, start, ct_buffers, rows, batched)
         (ct_init, ct_params), _ = _reverse_recompute(*fixed, start, ct_buffers, *rest, ~as_tape)
     elif isinstance(schedule, Nested):
         rows = tape_rows(loop, params, diff, init)
@@ -892,6 +888,7 @@ def _materialise(ct, shapes):
 
 def checkpointed_loop(loop: Loop, choose: Any, params: Any, init: Any, buffers: tuple):
     """Run `loop` so that reverse mode differentiates it by the schedule that
-    `choose(loop, init, params, diff)` returns (called only when it is differentiated;
-    `diff` says which parameter leaves are)."""
+    `choose(loop, init, params, diff, batch_size)` returns (called only when it is
+    differentiated; `diff` says which parameter leaves are, `batch_size` how many samples
+    a `vmap` runs together)."""
     return _differentiable_loop((params, init), buffers, loop=loop, choose=choose)

@@ -24,10 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
+
+from ._lockstep import lockstep_while, where_any
 
 
 class Write(eqx.Module):
@@ -58,8 +59,9 @@ class Loop(eqx.Module):
       different discretisation. None: the loop recomputes bit for bit (fixed steps).
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
-    - `batch_size`: how many loops run together under `vmap` (see `batch_size`): they
-      share a memory budget.
+    - `batch_size`: how many loops run together under `vmap` (see `_batching`): they run
+      in lockstep and share a memory budget. It changes how the work is scheduled, never
+      what is computed.
     """
 
     cond: Callable = eqx.field(static=True)
@@ -89,27 +91,6 @@ class Loop(eqx.Module):
         )
 
 
-def batch_size(*trees: Any) -> int:
-    """How many copies of a computation a `vmap` around this call runs: the product of
-    the batch sizes of the (nested) vmaps that `trees`' leaves carry, or 1.
-
-    Read from JAX's batching tracers (a private class; 1 if it moves). Only a `vmap`
-    applied directly around the caller is seen, not one outside an enclosing `jit`."""
-    try:
-        from jax._src.interpreters.batching import BatchTracer
-    except ImportError:  # pragma: no cover - JAX moved it
-        return 1
-    size = 1
-    for leaf in jtu.tree_leaves(trees):
-        count, x = 1, leaf
-        while isinstance(x, BatchTracer):
-            if x.batch_dim is not None and isinstance(x.batch_dim, int):
-                count *= x.val.shape[x.batch_dim]
-            x = x.val
-        size = max(size, count)
-    return size
-
-
 def scratch_row(buffer: Any) -> int:
     """Index of a buffer's last row, the scratch row that dropped writes go to."""
     return jtu.tree_leaves(buffer)[0].shape[0] - 1
@@ -128,79 +109,6 @@ def apply_writes(buffers: tuple, writes: tuple, active: Any = True) -> tuple:
         )
 
     return tuple(put(b, w) for b, w in zip(buffers, writes, strict=True))
-
-
-def lockstep_while(
-    cond: Callable,
-    body: Callable,
-    small: Any,
-    large: Any,
-    batched: bool = True,
-    body_keeps: bool = False,
-) -> tuple[Any, Any]:
-    """`lax.while_loop` over the carry (small, large) that stays cheap under `vmap`.
-
-    Under `vmap` a batched predicate makes JAX's while loop select between the old and new
-    value of every carry leaf on every iteration, which copies every large buffer (all
-    checkpoint slots of all samples) per step. Here the loop runs while any sample is
-    going (the predicate reduced over the batch) and `body(small, large, active)` gets its
-    own sample's predicate: it must leave `large` unchanged where `active` is False, by
-    sending writes to scratch rows; only `small` is selected.
-
-    `batched=False` (no `vmap` seen around the solve) runs a plain while loop with
-    `active` True: the reduction and selects measurably slow a small unbatched loop.
-    `body_keeps=True`: `body` itself leaves `small` unchanged where not `active`, so no
-    select is added (see `where_any`)."""
-    if not batched:
-        return lax.while_loop(
-            lambda s: cond(*s), lambda s: body(*s, jnp.asarray(True)), (small, large)
-        )
-
-    def outer_cond(state):
-        return eqxi.unvmap_any(cond(*state))
-
-    # Batched from the start, as the loop makes them anyway. JAX's while-loop batching
-    # rule batches the body again until the set of batched carry leaves stops growing:
-    # a leaf that starts unbatched and the body batches (a counter starting at 0) costs
-    # one more pass over the body, and over every loop nested in it. Measured on W3's
-    # gradient: tracing 2.62 -> 2.25 s (median of 6).
-    start = cond(small, large)
-    small = jtu.tree_map(lambda x: jnp.where(start, x, x) if eqx.is_array(x) else x, small)
-
-    def outer_body(state):
-        active = cond(*state)
-        new_small, new_large = body(*state, active)
-        if body_keeps:
-            return new_small, new_large
-        keep = lambda n, o: jnp.where(active, n, o) if eqx.is_array(n) else n
-        return jtu.tree_map(keep, new_small, state[0]), new_large
-
-    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
-
-
-def if_any(active, fn: Callable, otherwise: Callable):
-    """`fn()` where `active`, else `otherwise()`, for a batched `active` under `vmap`:
-    `fn` runs only when some sample is active. Each round of a lockstep loop ends with a
-    step; the last round, which only emits, would otherwise pay for a whole step (a
-    quarter more field evaluations for a solve of four steps)."""
-    return lax.cond(eqxi.unvmap_any(active), fn, otherwise)
-
-
-def tree_where(active, new: Any, old: Any) -> Any:
-    """`new` where `active`, else `old`, leaf by leaf."""
-    return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
-
-
-def where_any(active, fn: Callable, old: Any) -> Any:
-    """`fn()` where `active`, else `old`; under `vmap`, `fn` runs only when some sample is
-    active (see `if_any`).
-
-    The select sits inside the branch, where XLA fuses it into the kernels that make
-    `fn()`'s leaves. Outside, it would be one kernel per leaf, all independent: XLA:CPU's
-    executor then runs the loop body concurrently, hands half of them to a sleeping pool
-    thread and waits about 0.1 ms for it, and, off the caller's thread, the field's
-    matrix products lose their second core. (W6's forward: 6.0 -> 4.8 ms.)"""
-    return if_any(active, lambda: tree_where(active, fn(), old), lambda: old)
 
 
 def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:

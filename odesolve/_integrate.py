@@ -22,7 +22,6 @@ import jax.tree_util as jtu
 
 from adjoints import (
     AbstractAdjoint,
-    ForwardMode,
     Loop,
     RecursiveCheckpointAdjoint,
     Write,
@@ -73,7 +72,6 @@ class _Config(eqx.Module):
     event: EventRecord | None = eqx.field(static=True)
     # Nothing that sets the step times can be differentiated (see `_static_times`).
     static_times: bool = eqx.field(static=True)
-    batched: bool = eqx.field(static=True, default=False)  # `vmap` directly around
 
     @property
     def fsal(self) -> bool:
@@ -177,10 +175,6 @@ def _start_derivative(config, params, state):
     if not config.jumps:
         return state.k0
     # After a jump `t` is already just past it: this is the right limit.
-    if config.batched:
-        # Under `vmap` a `cond` on a per-sample flag runs both branches anyway, and its
-        # batched linearisation cannot be transposed (reverse mode's batched step VJP).
-        return jnp.where(state.made_jump, vf(state.t, state.y, args), state.k0)
     return jax.lax.cond(state.made_jump, lambda: vf(state.t, state.y, args), lambda: state.k0)
 
 
@@ -498,11 +492,14 @@ def _locate_event(config, params, final):
             for i, mask in enumerate(final.event_mask)
         )
         t_event, mask = first_to_fire(times)
-        y_event = _interpolate_row(config, final.row, final.t, t_event)
-        # A boolean event ends the step itself: keep its end state bit for bit.
-        y_event = jnp.where(t_event == final.t, final.y, y_event)
+        # Under `vmap` a sample without an event takes part at its own end time: at the
+        # inf that `first_to_fire` gives it, the interpolant's derivative is infinite,
+        # and reverse mode would multiply it by a zero cotangent (NaN).
         t_event = jnp.where(happened, t_event, final.t)
-        y_event = jnp.where(happened, y_event, final.y)
+        y_event = _interpolate_row(config, final.row, final.t, t_event)
+        # A boolean event ends the step itself (and a sample without one keeps its end
+        # state): the end state bit for bit.
+        y_event = jnp.where(t_event == final.t, final.y, y_event)
         return t_event, y_event, tuple(m & happened for m in mask)
 
     def unchanged():
@@ -684,17 +681,10 @@ def diffeqsolve(
         direction=inputs.direction,
         # An event may stop the solve early: the step count is not known in advance.
         num_steps=inputs.num_steps if event is None else None,
-        batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
         static_times=_static_times(t0, t1, dt0, saveat, stepsize_controller, event),
+        batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
-    try:
-        return solve(adjoint=adjoint)
-    except TypeError as error:
-        # jax.jvp / jax.jacfwd of a reverse-only adjoint (a custom VJP): the primal is the
-        # same with the plain loop, which forward mode differentiates exactly.
-        if adjoint.reverse_only and "forward-mode autodiff" in str(error):
-            return solve(adjoint=ForwardMode())
-        raise
+    return solve(adjoint=adjoint)
 
 
 @eqx.filter_jit
@@ -716,8 +706,8 @@ def _solve(
     event,
     direction,
     num_steps,
-    batch,
     static_times,
+    batch,
 ):
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
@@ -742,7 +732,6 @@ def _solve(
         event,
         static_times,
     )
-    config = dataclasses.replace(config, batched=batch > 1)
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
         save_ts = jnp.append(direction * jnp.asarray(saveat.ts, time_dtype), jnp.inf)

@@ -53,9 +53,11 @@ class AbstractProgressMeter(eqx.Module):
             return p
 
         # Under `vmap` the callback would fire once per sample: report the slowest
-        # sample's progress instead (a minimum reduced over the batch, unbatched).
-        progress = -eqxi.unvmap_max(-progress.astype(jnp.float32))
-        last = -eqxi.unvmap_max(-last)
+        # sample's progress instead (a minimum reduced over the batch, unbatched). Progress
+        # is reported, not differentiated: the reduction has no derivative rule.
+        progress = lax.stop_gradient(progress.astype(jnp.float32))
+        progress = -eqxi.unvmap_max(-progress)
+        last = -eqxi.unvmap_max(-lax.stop_gradient(last))
         grew = progress >= last + self.minimum_increase
         return lax.cond(grew, report, lambda _: last, progress)
 

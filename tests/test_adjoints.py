@@ -815,12 +815,12 @@ def test_batched_outputs_and_gradients_match_per_sample_with_every_output():
     grads = jax.jit(jax.vmap(jax.grad(loss)))(batch)
     one_outputs, one_grad = jax.jit(outputs), jax.jit(jax.grad(loss))
     # Equal up to rounding: the batched loop steps inside a `cond` (skipped in a round
-    # where no sample steps), which XLA compiles and rounds a little differently. (The
-    # gradients came out equal to the last bit here.)
+    # where no sample steps), which XLA compiles and rounds a little differently; the
+    # gradients of these outputs differ as much (1.5e-10 seen).
     for i, p in enumerate(batch):
         for got, want in zip(batched, one_outputs(p)):
             np.testing.assert_allclose(got[i], want, rtol=5e-9, atol=1e-10)  # 6e-10 seen
-        assert relative_error(grads[i], one_grad(p)) <= 1e-10
+        assert relative_error(grads[i], one_grad(p)) <= 5e-9
 
 
 def decay_past_a_jump(y0, rate, jump=1.0, adjoint=ode.RecursiveCheckpointAdjoint()):

@@ -366,11 +366,11 @@ def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
     assert not any(fits(longer) for longer in range(length + 1, min(n, length + 2_000)))
 
 
-def _adaptive_loop(batch_size: int) -> Loop:
-    """A loop as an adaptive solve under `vmap` hands it over: its step count unknown,
-    `max_steps` 4096 and 20 output times. Only its shape matters to a schedule."""
+def _adaptive_loop() -> Loop:
+    """A loop as an adaptive solve hands it over: its step count unknown, `max_steps`
+    4096 and 20 output times. Only its shape matters to a schedule."""
     unused = lambda *_: None
-    return Loop(unused, unused, unused, unused, 4096, 20, batch_size=batch_size)
+    return Loop(unused, unused, unused, unused, 4096, 20)
 
 
 def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
@@ -381,8 +381,8 @@ def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     assert default.budget_per_solve(1) == 4 * 2**20
     assert default.budget_per_solve(256) == default.budget_per_solve(4096) == 16 * 2**10
     for batch in (256, 1024, 4096):
-        assert isinstance(default.schedule(_adaptive_loop(batch), state), Segments)
+        assert isinstance(default.choose_schedule(_adaptive_loop(), state, batch_size=batch), Segments)
     # A budget the caller sets is shared by the batch, however large.
     explicit = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
     assert explicit.budget_per_solve(1024) == 4 * 2**10
-    assert isinstance(explicit.schedule(_adaptive_loop(1024), state), Online)
+    assert isinstance(explicit.choose_schedule(_adaptive_loop(), state, batch_size=1024), Online)

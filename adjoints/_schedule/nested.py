@@ -71,6 +71,15 @@ class Nested(eqx.Module):
                 return Nested(best, num_ticks)
         return None
 
+    @staticmethod
+    def smallest(num_ticks: int, state_bytes: int, row_bytes: int) -> "Nested":
+        """The arrangement that needs the least memory, whatever it is."""
+        options = [_smallest(num_ticks, levels, state_bytes, row_bytes) for levels in
+                   range(1, _MAX_LEVELS + 1)]
+        options = [o for o in options if o is not None] or [(1,)]
+        best = min(options, key=lambda o: _bytes(num_ticks, o, state_bytes, row_bytes))
+        return Nested(best, num_ticks)
+
 
 def _lengths(num_ticks: int, levels: int, leaf: int) -> tuple[int, ...]:
     """Segment lengths for a taped segment of `leaf` ticks, each level `ratio` times its

@@ -166,23 +166,23 @@ def _neural_problem(batch: int):
     return params, field, y0s, jnp.linspace(0.0, 1.0, 20, dtype=F32)
 
 
+def _neural_solve_one(lib, field, ts, params, y0):
+    return lib.diffeqsolve(
+        lib.ODETerm(field),
+        lib.Tsit5(),
+        ts[0],
+        ts[-1],
+        ts[1] - ts[0],
+        y0,
+        params,
+        saveat=lib.SaveAt(ts=ts),
+        stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6),
+    )
+
+
 def _neural_solve(lib, field, ts, params, y0s):
     """Every y0 in `y0s` solved by `vmap` (each keeps its own steps); (ys, num_steps)."""
-
-    def one(y0):
-        return lib.diffeqsolve(
-            lib.ODETerm(field),
-            lib.Tsit5(),
-            ts[0],
-            ts[-1],
-            ts[1] - ts[0],
-            y0,
-            params,
-            saveat=lib.SaveAt(ts=ts),
-            stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6),
-        )
-
-    sol = jax.vmap(one)(y0s)
+    sol = jax.vmap(lambda y0: _neural_solve_one(lib, field, ts, params, y0))(y0s)
     return sol.ys, sol.stats["num_steps"]
 
 
@@ -237,6 +237,60 @@ def _w3_cases(batch: int, peers: dict) -> list[Case]:
     error = _loss_error(mean_of_squares(_neural_reference(batch)))
     label = f"W3 B={batch}"
     return [Case("W3", label, (params, y0s), tuple(entries), error, "rel. error of the loss")]
+
+
+# --- W3p: per-sample gradients, vmap(grad) with the MLP shared --------------------------
+
+
+def _neural_sample_loss(lib, batch: int):
+    """`(params, y0) -> (loss, num_steps)`: W3's loss of one sample's solve."""
+    _, field, _, ts = _neural_problem(batch)
+
+    def loss(params, y0):
+        sol = _neural_solve_one(lib, field, ts, params, y0)
+        return mean_of_squares(sol.ys), sol.stats["num_steps"]
+
+    return loss
+
+
+def _neural_per_sample(lib, batch: int):
+    """`(params, y0s) -> (per-sample d loss_i / d params, num_steps)`, by
+    `vmap(grad(loss_i), in_axes=(None, 0))`: the weights shared, one gradient per y0."""
+    grad = jax.grad(_neural_sample_loss(lib, batch), has_aux=True)
+    return jax.vmap(grad, in_axes=(None, 0))
+
+
+@functools.cache
+def _per_sample_reference(batch: int):
+    """The same gradients one sample at a time, with odesolve's default adjoint under
+    `lax.map` (a loop over the samples: no `vmap` anywhere)."""
+    import odesolve as ode
+
+    params, _, y0s, _ = _neural_problem(batch)
+    grad = jax.grad(_neural_sample_loss(ode, batch), has_aux=True)
+    one = lambda y0: grad(params, y0)[0]
+    return jax.jit(lambda y0s: jax.lax.map(one, y0s))(y0s)
+
+
+def _per_sample_error(batch: int):
+    """Largest error, over weight arrays, of the per-sample gradients against one-at-a-time
+    ones, relative to the largest entry of each array."""
+    expected = _per_sample_reference(batch)
+
+    def error(out):
+        leaves = zip(jax.tree_util.tree_leaves(out[0]), jax.tree_util.tree_leaves(expected))
+        worst = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+        return max(worst(np.asarray(a, np.float64), np.asarray(b, np.float64)) for a, b in leaves)
+
+    return error
+
+
+def _w3p_cases(batch: int, peers: dict) -> list[Case]:
+    params, _, y0s, _ = _neural_problem(batch)
+    entries = _with_each_api(peers, lambda lib: _neural_per_sample(lib, batch))
+    label = f"W3p B={batch}"
+    error = _per_sample_error(batch)
+    return [Case("W3p", label, (params, y0s), tuple(entries), error, "rel. error, per sample")]
 
 
 # --- W4: long horizon, constant steps, memory -----------------------------------------
@@ -557,6 +611,15 @@ WORKLOADS = {
             sizes=dict(smoke=8, quick=256, full=256),
             cases=_w3_cases,
             target=Target("<= 0.7, and faster than torchode", _w3_check, 0.7),
+        ),
+        Workload(
+            "W3p",
+            "per-sample gradients vmap(grad) of W3's loss, MLP shared",
+            "float32",
+            "the MLP, per sample",
+            sizes=dict(smoke=8, quick=256, full=256),
+            cases=_w3p_cases,
+            target=Target("<= 0.7", _ratio_at_most(0.7), 0.7),
         ),
         Workload(
             "W4",

@@ -1,0 +1,48 @@
+"""How many samples a `vmap` around a solve runs together, found through JAX's public
+batching rule for custom functions (`jax.custom_batching.custom_vmap`).
+
+A loop written for one sample, vmapped by JAX, becomes a `while_loop` with a batched
+predicate: every iteration then selects between the old and new value of every carry leaf,
+copying every buffer and checkpoint slot of every sample. The lockstep loops (see
+`_lockstep`) avoid that, and the default memory budget is shared by the samples, but both
+need the batch size. `batch_size` asks for it: a function whose output is an empty array
+of shape (1, 0), and whose batching rule answers (n, 0) for a batch of n, so that the
+shape seen inside the `vmap` carries the size.
+
+The batch size only chooses how the work is scheduled, never what is computed: every
+sweep computes one cotangent per sample, and `vmap`'s own rules sum a cotangent over the
+samples where the user's composition asks for a sum (`grad(vmap(f))`) and keep it where it
+does not (`vmap(grad(f))`). A reverse sweep cannot tell those two apart, so it must never
+sum over the batch by itself.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax.custom_batching import custom_vmap
+
+
+@custom_vmap
+def _probe(leaves: list) -> jax.Array:
+    return jnp.zeros((1, 0), jnp.float32)
+
+
+@_probe.def_vmap
+def _probe_batched(size: int, in_batched: list, leaves: list):
+    # Under nested `vmap`s the leaves are batched by the outer ones too: ask them.
+    outer = batch_size(leaves)
+    return jnp.zeros((size, size * outer, 0), jnp.float32), True
+
+
+def batch_size(*trees: Any) -> int:
+    """The number of copies of a computation that the `vmap`s around this call run: the
+    product of the sizes of the nested `vmap`s over which some array leaf of `trees` is
+    batched (1 if none). A `vmap` outside an enclosing `jax.jit` is not seen: the jitted
+    function is traced for one sample."""
+    leaves = [jax.lax.stop_gradient(x) for x in jtu.tree_leaves(trees) if eqx.is_array(x)]
+    if not leaves:
+        return 1
+    return _probe(leaves).shape[0]

@@ -1,0 +1,425 @@
+"""Registries for the gradient-composition matrix (`test_composition.py`).
+
+Each factor is a registry: adjoints (and the default adjoint's schedules), transformations
+in the orders users compose them, the ways parameters reach the field, fields using JAX
+control flow, and controllers (with `jump_ts` and events). A new adjoint, schedule,
+transformation or field is covered by adding one entry here. Every case is compared with
+`DirectAdjoint` (a `lax.scan` that JAX differentiates itself) applied one sample at a
+time, without `vmap`, so a reference never shares the composition it checks.
+"""
+
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import odesolve as ode
+
+T1 = 1.0
+SAVE_TS = jnp.array([0.5, T1])
+P = jnp.array([1.2, 0.7, 1.9])  # the shared parameters
+Y0S = jnp.array([[1.0, 0.6], [1.4, 0.3], [0.8, 0.9]])  # one initial state per sample
+PS = P * jnp.array([[1.0], [1.1], [0.9]])  # per-sample parameters
+V = jnp.array([0.3, -0.5, 0.8])  # a tangent of the parameters
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def smooth(t, y, p):
+    return jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[1] * y[0] * y[1]])
+
+
+def with_cond(t, y, p):
+    return lax.cond(y[0] > 1.0, lambda: smooth(t, y, p), lambda: 0.8 * smooth(t, y, p))
+
+
+def with_switch(t, y, p):
+    index = jnp.clip(jnp.floor(2 * y[1]).astype(jnp.int32), 0, 2)
+    branches = [lambda s=s: s * smooth(t, y, p) for s in (1.0, 0.9, 1.1)]
+    return lax.switch(index, branches)
+
+
+def with_where(t, y, p):
+    return jnp.where(y[1] > 0.5, smooth(t, y, p), 1.2 * smooth(t, y, p))
+
+
+@jax.custom_jvp
+def _damped(x, p):
+    return x * jnp.tanh(p)
+
+
+@_damped.defjvp
+def _damped_jvp(primals, tangents):
+    x, p = primals
+    dx, dp = tangents
+    # JAX passes zeros for an input that is not differentiated (this rule is written
+    # for any mix of the two).
+    return _damped(x, p), dx * jnp.tanh(p) + x * dp / jnp.cosh(p) ** 2
+
+
+@jax.custom_jvp
+def _scaled(y, p):
+    return y * p
+
+
+def _scaled_jvp(primals, tangents):
+    y, p = primals
+    dy, dp = tangents
+    # Symbolic zeros: a `SymbolicZero` tangent for an input that is not differentiated.
+    out = y * p
+    t = jnp.zeros_like(out)
+    if not isinstance(dy, jax.custom_derivatives.SymbolicZero):
+        t = t + dy * p
+    if not isinstance(dp, jax.custom_derivatives.SymbolicZero):
+        t = t + y * dp
+    return out, t
+
+
+_scaled.defjvp(_scaled_jvp, symbolic_zeros=True)
+
+
+def with_custom_jvp(t, y, p):
+    f = smooth(t, y, p)
+    return jnp.stack([_damped(f[0], p[0]), _scaled(f[1], p[2] / 1.9)])
+
+
+def with_stop_gradient(t, y, p):
+    return smooth(t, y, p) - 0.1 * lax.stop_gradient(p[0] * y)
+
+
+# Fields without a discontinuity.
+CONTINUOUS = ("smooth", "custom_jvp", "stop_gradient")
+
+FIELDS: dict[str, Callable] = {
+    "smooth": smooth,
+    "cond": with_cond,
+    "switch": with_switch,
+    "where": with_where,
+    "custom_jvp": with_custom_jvp,
+    "stop_gradient": with_stop_gradient,
+}
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+class FieldModule(eqx.Module):
+    """The field as an `eqx.Module` whose parameters are a field of it."""
+
+    p: jax.Array
+    fn: Callable = eqx.field(static=True)
+
+    def __call__(self, t, y, args):
+        return self.fn(t, y, self.p)
+
+
+def as_args(fn, p):
+    return ode.ODETerm(fn), p
+
+
+def as_closure(fn, p):
+    # `p` is a tracer under every transformation: the field closes over it.
+    return ode.ODETerm(lambda t, y, args: fn(t, y, p)), None
+
+
+def as_module(fn, p):
+    return ode.ODETerm(FieldModule(p, fn)), None
+
+
+PARAMS: dict[str, Callable] = {"args": as_args, "closure": as_closure, "module": as_module}
+
+
+# --------------------------------------------------------------------------- controllers
+
+
+@dataclass(frozen=True)
+class Controller:
+    dt0: float | None
+    make: Callable
+    event: bool = False
+    fixed: bool = True  # a number of steps known when traced
+
+
+CONTROLLERS: dict[str, Controller] = {
+    "constant": Controller(0.1, lambda: ode.ConstantStepSize()),
+    "pid": Controller(None, lambda: ode.PIDController(rtol=1e-8, atol=1e-8), fixed=False),
+    "pid_jump": Controller(
+        None,
+        lambda: ode.PIDController(rtol=1e-8, atol=1e-8, jump_ts=jnp.array([0.45])),
+        fixed=False,
+    ),
+    # Stops near t = 0.8, at a time that depends on the state: the solve's length and its
+    # output (the state at the event) depend on the event time.
+    "event": Controller(0.05, lambda: ode.ConstantStepSize(), event=True, fixed=False),
+}
+
+
+def _event(t, y, args, **kwargs):
+    return t - 0.7 - 0.1 * y[0]
+
+
+# --------------------------------------------------------------------------- adjoints
+
+
+@dataclass(frozen=True)
+class Adjoint:
+    make: Callable
+    reverse: bool = True
+    forward: bool = False
+    needs_fixed: bool = False  # offline schedules: a known number of steps, no saving
+    rtol: float = 1e-10
+    events: bool = True
+    # A continuous adjoint solves the adjoint ODE backwards: only for continuous fields.
+    continuous: bool = False
+
+
+def _checkpointed(**kw):
+    return lambda: ode.RecursiveCheckpointAdjoint(**kw)
+
+
+ADJOINTS: dict[str, Adjoint] = {
+    "default": Adjoint(_checkpointed()),
+    "checkpoints=3": Adjoint(_checkpointed(checkpoints=3)),
+    "tape": Adjoint(_checkpointed(schedule="tape")),
+    "segments": Adjoint(_checkpointed(schedule="segments", checkpoints=3)),
+    "online": Adjoint(_checkpointed(schedule="online", checkpoints=3)),
+    "revolve": Adjoint(_checkpointed(schedule="revolve", checkpoints=3), needs_fixed=True),
+    "nested": Adjoint(_checkpointed(schedule="nested", memory_budget=1), needs_fixed=True),
+    "direct": Adjoint(lambda: ode.DirectAdjoint(), forward=True),
+    "backsolve": Adjoint(
+        lambda: ode.BacksolveAdjoint(
+            stepsize_controller=ode.PIDController(rtol=1e-10, atol=1e-10)
+        ),
+        rtol=1e-5,
+        events=False,
+        continuous=True,
+    ),
+    "forward": Adjoint(lambda: ode.ForwardMode(), reverse=False, forward=True),
+}
+
+
+# --------------------------------------------------------------------------- the problem
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    params: str
+    controller: str
+    offline: bool  # save y(t1) only, as offline schedules need
+
+    def solve(self, p, y0, adjoint):
+        ctrl = CONTROLLERS[self.controller]
+        term, args = PARAMS[self.params](FIELDS[self.field], p)
+        # Offline schedules save nothing between steps; an event saves where it stops.
+        final_only = self.offline or ctrl.event
+        saveat = ode.SaveAt(t1=True) if final_only else ode.SaveAt(ts=SAVE_TS)
+        sol = ode.diffeqsolve(
+            term,
+            ode.Tsit5(),
+            0.0,
+            T1,
+            ctrl.dt0,
+            y0,
+            args,
+            saveat=saveat,
+            stepsize_controller=ctrl.make(),
+            adjoint=adjoint,
+            event=ode.Event(_event) if ctrl.event else None,
+            max_steps=256,
+        )
+        return sol.ys
+
+    def outputs(self, adjoint):
+        return lambda p, y0: jnp.ravel(self.solve(p, y0, adjoint))
+
+    def loss(self, adjoint):
+        return lambda p, y0: jnp.sum(self.outputs(adjoint)(p, y0) ** 2)
+
+
+# --------------------------------------------------------------------------- transformations
+
+
+@dataclass(frozen=True)
+class Transformation:
+    """`run(problem, adjoint)` under the transformation; `reference(problem, direct)` the
+    same quantity built one sample at a time from `DirectAdjoint`."""
+
+    run: Callable
+    reference: Callable
+    reverse: bool = True  # needs reverse mode (else forward mode)
+
+
+def _per_sample(problem, direct, ps=None):
+    # Forward mode: a reference that shares no code with any reverse sweep.
+    grad = jax.jit(jax.jacfwd(problem.loss(direct)))
+    ps = [P] * len(Y0S) if ps is None else list(ps)
+    return jnp.stack([grad(p, y0) for p, y0 in zip(ps, Y0S)])
+
+
+def _nested_y0s():
+    return jnp.stack([Y0S, Y0S[::-1]])  # (2, 3, 2): two batches of three samples
+
+
+def _module_grads(problem, adjoint):
+    loss = problem.loss(adjoint)
+    module_loss = lambda m, y0: loss(m.p, y0)
+    grads = eqx.filter_vmap(eqx.filter_grad(module_loss), in_axes=(None, 0))
+    return grads(FieldModule(P, smooth), Y0S).p
+
+
+def _hvp(problem, adjoint):
+    grad = jax.grad(problem.loss(adjoint))
+    return jax.jit(lambda p, v: jax.jvp(lambda q: grad(q, Y0S[0]), (p,), (v,))[1])(P, V)
+
+
+TRANSFORMATIONS: dict[str, Transformation] = {
+    "grad": Transformation(
+        lambda pr, a: jax.grad(pr.loss(a))(P, Y0S[0]),
+        lambda pr, d: _per_sample(pr, d)[0],
+    ),
+    "jit(grad)": Transformation(
+        lambda pr, a: jax.jit(jax.grad(pr.loss(a)))(P, Y0S[0]),
+        lambda pr, d: _per_sample(pr, d)[0],
+    ),
+    "vmap(grad) shared": Transformation(
+        lambda pr, a: jax.vmap(jax.grad(pr.loss(a)), in_axes=(None, 0))(P, Y0S),
+        lambda pr, d: _per_sample(pr, d),
+    ),
+    "vmap(grad) batched": Transformation(
+        lambda pr, a: jax.jit(jax.vmap(jax.grad(pr.loss(a))))(PS, Y0S),
+        lambda pr, d: _per_sample(pr, d, PS),
+    ),
+    "grad(vmap)": Transformation(
+        lambda pr, a: jax.grad(lambda p: jnp.sum(jax.vmap(pr.loss(a), (None, 0))(p, Y0S)))(P),
+        lambda pr, d: jnp.sum(_per_sample(pr, d), axis=0),
+    ),
+    "vmap(vmap(grad))": Transformation(
+        lambda pr, a: jax.vmap(jax.vmap(jax.grad(pr.loss(a)), (None, 0)), (None, 0))(
+            P, _nested_y0s()
+        ),
+        lambda pr, d: jnp.stack([_per_sample(pr, d), _per_sample(pr, d)[::-1]]),
+    ),
+    "jacrev": Transformation(
+        lambda pr, a: jax.jacrev(pr.outputs(a))(P, Y0S[0]),
+        lambda pr, d: jax.jit(jax.jacfwd(pr.outputs(d)))(P, Y0S[0]),
+    ),
+    "hessian": Transformation(
+        lambda pr, a: jax.jit(jax.hessian(pr.loss(a)))(P, Y0S[0]),
+        lambda pr, d: jax.jit(jax.jacfwd(jax.jacfwd(pr.loss(d))))(P, Y0S[0]),
+    ),
+    "jvp(grad)": Transformation(
+        _hvp, lambda pr, d: jax.jit(jax.jacfwd(jax.jacfwd(pr.loss(d))))(P, Y0S[0]) @ V
+    ),
+    "jit(jvp)": Transformation(
+        lambda pr, a: jax.jit(
+            lambda p, v: jax.jvp(lambda q: pr.loss(a)(q, Y0S[0]), (p,), (v,))[1]
+        )(P, V),
+        lambda pr, d: jnp.dot(_per_sample(pr, d)[0], V),
+        reverse=False,
+    ),
+    "filter_vmap(filter_grad)": Transformation(
+        _module_grads, lambda pr, d: _per_sample(pr, d)
+    ),
+}
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    adjoint: str
+    transformation: str
+    params: str
+    field: str
+    controller: str
+
+    @property
+    def id(self) -> str:
+        return "-".join(
+            (self.adjoint, self.transformation, self.params, self.field, self.controller)
+        ).replace(" ", "_")
+
+
+FACTORS = (ADJOINTS, TRANSFORMATIONS, PARAMS, FIELDS, CONTROLLERS)
+
+
+def valid(case: Case) -> bool:
+    adjoint = ADJOINTS[case.adjoint]
+    transformation = TRANSFORMATIONS[case.transformation]
+    controller = CONTROLLERS[case.controller]
+    if transformation.reverse and not adjoint.reverse:
+        return False
+    if not transformation.reverse and not adjoint.forward:
+        return False
+    if adjoint.needs_fixed and not controller.fixed:
+        return False
+    if controller.event and not adjoint.events:
+        return False
+    if adjoint.continuous and case.field not in CONTINUOUS:
+        return False
+    # The module transformation differentiates a module of its own (the smooth field).
+    if case.transformation == "filter_vmap(filter_grad)" and (
+        case.params != "module" or case.field != "smooth"
+    ):
+        return False
+    return True
+
+
+def all_cases() -> list[Case]:
+    names = [list(f) for f in FACTORS]
+    return [c for c in (Case(*combo) for combo in itertools.product(*names)) if valid(c)]
+
+
+def _pairs(case: Case) -> set:
+    values = (case.adjoint, case.transformation, case.params, case.field, case.controller)
+    return {
+        (i, values[i], j, values[j])
+        for i, j in itertools.combinations(range(len(values)), 2)
+    }
+
+
+def covering_cases(seed: int = 0) -> list[Case]:
+    """Valid cases covering every pair of factor values that some valid case covers
+    (greedy, as in AETG: each new case the best of a random sample)."""
+    cases = all_cases()
+    uncovered = set().union(*(_pairs(c) for c in cases))
+    rng = random.Random(seed)
+    chosen = []
+    while uncovered:
+        # Start from a case covering some uncovered pair, then take the best of a sample.
+        pair = min(uncovered)
+        starters = [c for c in cases if pair in _pairs(c)]
+        sample = rng.sample(starters, min(len(starters), 40))
+        best = max(sample, key=lambda c: len(_pairs(c) & uncovered))
+        chosen.append(best)
+        uncovered -= _pairs(best)
+    return chosen
+
+
+def relative_error(actual, expected) -> float:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float(np.max(np.abs(actual - expected)) / max(np.max(np.abs(expected)), 1e-300))
+
+
+@dataclass
+class References:
+    """DirectAdjoint's values, computed once per problem and transformation."""
+
+    cache: dict = field(default_factory=dict)
+
+    def get(self, problem: Problem, transformation: str):
+        key = (problem, transformation)
+        if key not in self.cache:
+            direct = ode.DirectAdjoint()
+            self.cache[key] = TRANSFORMATIONS[transformation].reference(problem, direct)
+        return self.cache[key]
