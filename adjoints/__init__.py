@@ -4,6 +4,7 @@ This package never imports `odesolve`: a solver hands it a `Loop` (condition, bo
 and its inputs, and gets back the final carry and the buffers the body wrote.
 """
 
+from ._adjoint import SCHEDULES as SCHEDULES
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
 )
@@ -19,7 +20,6 @@ from ._adjoint import (
 from ._adjoint import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
-from ._adjoint import SCHEDULES as SCHEDULES
 from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._batching import batch_size as batch_size
 from ._closure import (

@@ -37,11 +37,12 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._backsolve import ContinuousProblem, backsolve_loop
-from ._checkpointed import checkpointed_loop, num_ticks_bound
+from ._checkpointed import checkpointed_loop
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
 from ._schedule import Nested, Online, Revolve, Segments, Tape
+from ._sweep import num_ticks_bound
 
 # The checkpoint schedules `RecursiveCheckpointAdjoint(schedule=...)` accepts.
 SCHEDULES = ("tape", "segments", "online", "revolve", "nested")

@@ -8,13 +8,17 @@ full bound of ticks: ticks after the loop has finished are skipped by `lax.cond`
 `ForwardMode` for forward mode when speed matters.
 """
 
+import functools
 import math
 
 import jax
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
-from ._checkpointed import num_ticks_bound, scratch_writes
 from ._loop import Loop, apply_writes
+from ._sweep import num_ticks_bound, scratch_writes
+
+_DECISION = "odesolve_step_decision"
 
 
 def bounded_loop(loop: Loop, params, init, buffers: tuple):
@@ -23,17 +27,26 @@ def bounded_loop(loop: Loop, params, init, buffers: tuple):
     blocks = -(-bound // block)
     scratch = scratch_writes(buffers)
 
+    def step(carry):
+        carry, writes = loop.tick(params, carry, scratch)
+        if loop.decision is not None:
+            # Recomputed blocks must take the forward sweep's step sizes: a decision
+            # (an adaptive step size) is a difference of nearly equal numbers, and the
+            # block compiled again for the reverse sweep rounds differently, so it would
+            # otherwise differentiate a slightly different discretisation (relative
+            # errors of 1e-7 seen). The decision is saved, not recomputed.
+            decision = checkpoint_name(loop.decision(carry), _DECISION)
+            carry = loop.replay(carry, decision)
+        return carry, writes
+
     def tick(state, _):
         carry, bufs = state
-        carry, writes = lax.cond(
-            loop.going(params, carry),
-            lambda c: loop.tick(params, c, scratch),
-            lambda c: (c, scratch),
-            carry,
-        )
+        carry, writes = lax.cond(loop.going(params, carry), step, lambda c: (c, scratch), carry)
         return (carry, apply_writes(bufs, writes)), None
 
-    @jax.checkpoint
+    @functools.partial(
+        jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(_DECISION)
+    )
     def run_block(state, _):
         state, _ = lax.scan(tick, state, None, length=block)
         return state, None

@@ -9,7 +9,6 @@ interpolation data (a few vectors) into a row buffer; after the loop every save 
 interpolated at once. `SaveAt(steps=...)` and `SaveAt(dense=True)` write rows the same way.
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any

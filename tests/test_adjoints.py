@@ -173,6 +173,8 @@ def test_adaptive_gradient_matches_unrolled_loop(name, pid_reference):
     assert relative_error(grads, ref_grads) <= 1e-10
 
 
+# Covered by the composition matrix (test_composition.py); kept for -m matrix.
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "checkpoints", [None, 200, 4], ids=["tape", "online-slots", "online-recompute"]
 )
@@ -460,6 +462,8 @@ def _vmap_loss(p, adjoint):
     return jnp.sum(WEIGHTS[-1] * sol.ys[-1]), sol.stats["num_steps"]
 
 
+# Covered by the composition matrix (test_composition.py); kept for -m matrix.
+@pytest.mark.matrix
 def test_vmap_of_grad_and_grad_of_vmap_match_per_sample():
     batch = PARAMS * jnp.array([[1.0], [1.2], [0.8]])
     default = ode.RecursiveCheckpointAdjoint()
@@ -501,6 +505,8 @@ def _scaled_loss(shared, scale, y0, adjoint):
     return jnp.sum(sol.ys**2)
 
 
+# Covered by the composition matrix (test_composition.py); kept for -m matrix.
+@pytest.mark.matrix
 @pytest.mark.parametrize("checkpoints", [None, 4], ids=["tape", "online-recompute"])
 def test_shared_parameters_under_vmap_get_the_sum_of_per_sample_gradients(checkpoints):
     """A parameter shared by a vmap's samples gets its cotangent summed over the batch
@@ -604,6 +610,8 @@ def test_forward_mode_matches_reverse_jacobian(adjoint, reverse_jacobian):
     assert relative_error(jacobian, reverse_jacobian) <= 1e-10
 
 
+# Covered by the composition matrix (test_composition.py); kept for -m matrix.
+@pytest.mark.matrix
 @pytest.mark.parametrize("checkpoints", [None, 4], ids=["tape", "online-recompute"])
 def test_hessian_vector_product_under_vmap_through_the_checkpointed_adjoint(checkpoints):
     """Forward over reverse: the checkpointed sweeps (and their batch sums) are
@@ -650,6 +658,8 @@ def test_hessian_through_direct_adjoint():
 # --------------------------------------------------------------- custom JVPs, scan
 
 
+# Covered by the composition matrix (test_composition.py); kept for -m matrix.
+@pytest.mark.matrix
 def test_custom_jvp_field_with_symbolic_zero_tangents_under_scan():
     seen = []  # (x tangent is None, w tangent is None), recorded at trace time
 

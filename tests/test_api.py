@@ -148,19 +148,14 @@ def test_vmap_over_args_takes_each_samples_own_steps(solve):
 
 ADJOINTS = [
     pytest.param(ode.ForwardMode(), id="ForwardMode"),
-    pytest.param(ode.RecursiveCheckpointAdjoint(), id="default"),
+    pytest.param(ode.DirectAdjoint(), id="DirectAdjoint"),
 ]
 LV_TS = jnp.array([0.5, 1.0, 2.0])
 
 
 @functools.cache
 def lotka_volterra_solve(adjoint):
-    # The default adjoint is a custom VJP: forward mode reaches it only when diffeqsolve
-    # itself is called under jvp (it then runs the forward-mode loop), not through a jit
-    # compiled beforehand, so that case is left unjitted here.
-    jit = (lambda f: f) if isinstance(adjoint, ode.RecursiveCheckpointAdjoint) else jax.jit
-
-    @jit
+    @jax.jit
     def solve(y0, scale):
         # `scale` stretches time, so it is a parameter the solution depends on smoothly.
         field = lambda t, y, args: args * helpers.lotka_volterra(t, y, None)
@@ -198,6 +193,15 @@ def test_jvp_matches_finite_differences(adjoint):
         lambda x: solve(x[:2], x[2]), jnp.append(y0, scale), jnp.append(dy0, dscale), h
     )
     np.testing.assert_allclose(tangent, fd, rtol=1e-7, atol=1e-9)
+
+
+def test_the_default_adjoint_is_reverse_mode_only():
+    """As in Diffrax: a custom VJP, which JAX refuses to forward-differentiate (the fix
+    is adjoint=ForwardMode() or DirectAdjoint())."""
+    solve = lotka_volterra_solve(ode.RecursiveCheckpointAdjoint())
+    y0, scale = jnp.array([1.0, 0.8]), jnp.asarray(1.0)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(solve, (y0, scale), (y0, scale))
 
 
 @pytest.mark.parametrize("adjoint", ADJOINTS)

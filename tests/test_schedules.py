@@ -381,7 +381,8 @@ def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     assert default.budget_per_solve(1) == 4 * 2**20
     assert default.budget_per_solve(256) == default.budget_per_solve(4096) == 16 * 2**10
     for batch in (256, 1024, 4096):
-        assert isinstance(default.choose_schedule(_adaptive_loop(), state, batch_size=batch), Segments)
+        chosen = default.choose_schedule(_adaptive_loop(), state, batch_size=batch)
+        assert isinstance(chosen, Segments)
     # A budget the caller sets is shared by the batch, however large.
     explicit = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
     assert explicit.budget_per_solve(1024) == 4 * 2**10

@@ -1,26 +1,20 @@
-"""Checkpoint schedules: which loop states to keep, in how many slots.
+"""Checkpoint schedules: which loop states to keep, in how many slots, and how each
+reverses the loop (see `_base.AbstractSchedule`).
 
-A schedule decides during the forward sweep which states (the carry *before* tick k) to
-store and in which slot; the reverse sweep (`adjoints._checkpointed`) then restores the
-nearest stored state and recomputes forwards, placing further checkpoints in free slots by
-Griewank's binomial rule (`revolve.next_checkpoint`). For a loop of known length,
-`nested` keeps states at the start of fixed segments instead, and tapes the innermost ones;
-for a loop known only by its bound, `segments` tapes one segment at a time.
+- `Tape`: every tick's row (a step's residuals): nothing is evaluated again.
+- `Segments`: a loop known by its bound only: one tape reused segment by segment.
+- `Online`: a loop known by its bound only: a fixed number of states, thinned as it runs.
+- `Revolve`: a loop of known length: Griewank's binomial placement (`adjoints._binomial`).
+- `Nested`: a loop of known length: states at the start of nested segments, the
+  innermost taped.
 """
 
+from .._binomial import beta as beta
+from .._binomial import forward_steps as forward_steps
+from .._binomial import next_checkpoint as next_checkpoint
+from ._base import AbstractSchedule as AbstractSchedule
 from .nested import Nested as Nested
 from .online import Online as Online
-from .revolve import (
-    Revolve as Revolve,
-)
-from .revolve import (
-    beta as beta,
-)
-from .revolve import (
-    forward_steps as forward_steps,
-)
-from .revolve import (
-    next_checkpoint as next_checkpoint,
-)
+from .revolve import Revolve as Revolve
 from .segments import Segments as Segments
 from .tape import Tape as Tape

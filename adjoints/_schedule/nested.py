@@ -23,21 +23,31 @@ deeper levels of ceil(L_(i-1) / L_i), times |s|, plus L_d |r| for the tape.
 """
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax import lax
+
+from .._lockstep import tree_where
+from .._packing import Packing
+from .._residuals import linearise, tape_rows
+from .._sweep import get_state, put_state
+from .._tick_vjp import accumulate
+from ._base import AbstractSchedule
 
 # Deepest nesting tried: with three levels a chain of 1e9 ticks fits in about a thousand
 # states' worth of memory.
 _MAX_LEVELS = 3
 
 
-class Nested(eqx.Module):
+class Nested(AbstractSchedule):
     """Segments of `lengths[i]` ticks at level i (decreasing) for a loop of exactly
     `num_ticks` ticks; the last level's segments are taped."""
 
     lengths: tuple[int, ...] = eqx.field(static=True)
     num_ticks: int = eqx.field(static=True)
+    skips_ahead: ClassVar[bool] = True
 
     @property
     def slots(self) -> int:
@@ -60,6 +70,10 @@ class Nested(eqx.Module):
         length = self.lengths[0]
         return k % length == 0, (k // length).astype(jnp.int32), slot_index, unused
 
+    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+        rows = tape_rows(loop, params, diff, init)
+        return reverse_nested(loop, params, diff, sweep, start, self, Packing.of(init), rows)
+
     @staticmethod
     def fit(num_ticks: int, state_bytes: int, row_bytes: int, budget: int) -> "Nested | None":
         """The fewest levels whose states and tape fit in `budget` bytes (each level is
@@ -74,8 +88,10 @@ class Nested(eqx.Module):
     @staticmethod
     def smallest(num_ticks: int, state_bytes: int, row_bytes: int) -> "Nested":
         """The arrangement that needs the least memory, whatever it is."""
-        options = [_smallest(num_ticks, levels, state_bytes, row_bytes) for levels in
-                   range(1, _MAX_LEVELS + 1)]
+        options = [
+            _smallest(num_ticks, levels, state_bytes, row_bytes)
+            for levels in range(1, _MAX_LEVELS + 1)
+        ]
         options = [o for o in options if o is not None] or [(1,)]
         best = min(options, key=lambda o: _bytes(num_ticks, o, state_bytes, row_bytes))
         return Nested(best, num_ticks)
@@ -105,3 +121,77 @@ def _smallest(num_ticks: int, levels: int, state_bytes: int, row_bytes: int):
     if not options:
         return None
     return min(options, key=lambda o: (_bytes(num_ticks, o, state_bytes, row_bytes), -o[-1]))
+
+
+def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
+    """Reverse a loop of steps only (no emits) by `Nested` segments: the forward sweep
+    kept the state before each outermost segment; each segment, last first, is run again
+    keeping the states before its own segments, down to the innermost, which is run once
+    linearising its steps onto a tape of `rows` (layout, `TapeRows`) and reversed by the
+    taped pullbacks. Every loop bound is known when traced, so under `vmap` no loop is
+    batched; ticks at or after the sample's own count (a solve that stopped early) do
+    not reach the cotangents. `start` and the result as for `reverse_tape`."""
+    lengths = schedule.lengths
+    layout, taped_rows = rows
+    params_f = eqx.partition(params, diff)[0]
+    n = sweep.n
+
+    def bare(carry, count):
+        return lax.fori_loop(0, count, lambda i, c: loop.body(params, c), carry)
+
+    def leaf(first, count, carry, state):
+        ct, ct_params, store = state
+        tape = store[-1]
+
+        def linearised(i, s):
+            carry, tape = s
+            new, pullback = linearise(loop, params, diff, carry)
+            return new, taped_rows.put_residuals(tape, i, layout.taped(pullback))
+
+        _, tape = lax.fori_loop(0, count, linearised, (carry, tape))
+
+        def pull(i, s):
+            ct, ct_params = s
+            row = count - 1 - i
+            residuals = taped_rows.residuals(tape, row)
+            taken = first + row < n
+            dp, dc = layout.vjp(residuals, params)(ct)
+            ct_params = accumulate(taken, ct_params, dp, params_f)
+            ct = tree_where(taken, dc, ct)
+            return ct, ct_params
+
+        ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))
+        return ct, ct_params, (*store[:-1], tape)
+
+    def span(level, first, count, carry, state):
+        """Reverse ticks [first, first + count) from the carry before `first` (at the
+        outermost level the forward sweep's states serve instead)."""
+        if level == len(lengths):
+            return leaf(first, count, carry, state)
+        length = lengths[level]
+        segments = (count + length - 1) // length
+        if level > 0:  # keep the state before each segment, advancing between them
+
+            def keep(j, s):
+                carry, states = s
+                states = put_state(states, j, carry, packing)
+                return bare(carry, jnp.where(j < segments - 1, length, 0)), states
+
+            ct, ct_params, store = state
+            _, states = lax.fori_loop(0, segments, keep, (carry, store[level]))
+            state = (ct, ct_params, (*store[:level], states, *store[level + 1 :]))
+
+        def segment(i, state):
+            j = segments - 1 - i
+            begin = get_state(state[2][level], j, packing)
+            size = jnp.minimum(length, count - j * length)
+            return span(level + 1, first + j * length, size, begin, state)
+
+        return lax.fori_loop(0, segments, segment, state)
+
+    ct_final, ct_params = start
+    deeper = tuple(packing.empty(schedule.level_slots(i)) for i in range(1, len(lengths)))
+    store = (sweep.slots, *deeper, taped_rows.empty(lengths[-1]))
+    count = jnp.int32(schedule.num_ticks)
+    ct_init, ct_params, _ = span(0, jnp.int32(0), count, None, (ct_final, ct_params, store))
+    return ct_init, ct_params

@@ -11,16 +11,26 @@ reverses each gap with the slots then free, by the binomial rule of `revolve`. M
 fixed; recomputation grows like the binomial schedule's for the gap length.
 """
 
+from typing import ClassVar
+
 import equinox as eqx
 import equinox.internal as eqxi
 import jax.numpy as jnp
 from jax import lax
 
+from .._packing import Packing
+from .._residuals import tape_rows
+from .._reverse_recompute import reverse_recompute
+from .._reverse_tape import reverse_tape
+from ._base import AbstractSchedule
 
-class Online(eqx.Module):
-    """Keep at most `slots` (>= 2) states of a loop of unknown length."""
+
+class Online(AbstractSchedule):
+    """Keep at most `slots` (>= 2) states of a loop of unknown length, each with the
+    residuals of the step from it."""
 
     slots: int = eqx.field(static=True)
+    keeps_residuals: ClassVar[bool] = True
 
     def __check_init__(self):
         if self.slots < 2:
@@ -60,3 +70,16 @@ class Online(eqx.Module):
         in_order = lambda: jnp.asarray(k, jnp.int32)
         slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
         return due, slot, slot_index, (stride, free - due.astype(jnp.int32))
+
+    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+        # Until its slots fill up, online checkpointing has stored every state in order
+        # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
+        # The two sweeps run one after the other, one of them for zero ticks, rather than
+        # in the branches of a `cond`: a branch that writes to the slots would copy them.
+        as_tape = eqxi.unvmap_all(sweep.n <= self.slots)
+        rows = tape_rows(loop, params, diff, init, combined=True)
+        span = (jnp.int32(0), jnp.where(as_tape, sweep.n - 1, -1))
+        taped = (loop, params, diff, sweep.slots)
+        start, ct_buffers = reverse_tape(*taped, span, start, ct_buffers, rows, batched)
+        rest = (scratch, Packing.of(init), batched, ~as_tape)
+        return reverse_recompute(loop, params, diff, sweep, start, ct_buffers, *rest)[0]

@@ -20,17 +20,28 @@ Memory, with |s| bytes per state and |r| per tape row, for a bound of N ticks:
 """
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import jax.tree_util as jtu
+
+from .._lockstep import if_any, lockstep_while
+from .._packing import Packing
+from .._residuals import linearise, tape_rows
+from .._reverse_tape import reverse_tape
+from .._sweep import get_state
+from ._base import AbstractSchedule
 
 
-class Segments(eqx.Module):
+class Segments(AbstractSchedule):
     """A tape of `length` rows reused by each segment of `length` ticks, and the state
     before each of the `ceil(num_ticks / length)` segments of the loop's bound."""
 
     length: int = eqx.field(static=True)
     num_ticks: int = eqx.field(static=True)
+    tapes: ClassVar[bool] = True
+    segmented: ClassVar[bool] = True
 
     @property
     def slots(self) -> int:
@@ -39,6 +50,17 @@ class Segments(eqx.Module):
 
     def init(self):
         return jnp.zeros((), jnp.int32)
+
+    def store(self, k, state, slot_index, active=True):
+        """The state before each segment's first tick, in the segment's slot (the tape
+        rows themselves are written by the forward sweep, tick by tick)."""
+        return k % self.length == 0, (k // self.length).astype(jnp.int32), slot_index, state
+
+    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+        rows = tape_rows(loop, params, diff, init)
+        packing = Packing.of(init)
+        fixed = (loop, params, diff, sweep, start, ct_buffers)
+        return reverse_segments(*fixed, rows, self, packing, batched)[0]
 
     @staticmethod
     def memory(length: int, num_ticks: int, state_bytes: int, row_bytes: int) -> int:
@@ -63,3 +85,69 @@ class Segments(eqx.Module):
         while length >= 1 and cls.memory(length, num_ticks, s, r) > budget:
             length -= 1
         return cls(length, num_ticks) if length >= 2 else None
+
+
+def reverse_segments(
+    loop, params, diff, sweep, start, ct_buffers, rows, schedule, packing, batched
+):
+    """Reverse by `Segments`: the forward sweep left the last segment of each sample on
+    the tape and the state before every segment. Segments are taken last to first; each
+    but the last is first run again from its state, taping its ticks (with the first
+    sweep's step-size decisions replayed), then every segment is reversed by
+    `reverse_tape`. Under `vmap` a sample's segments are its own (samples end at
+    different ticks); the loops run in lockstep. `start` and the result as for
+    `reverse_tape`."""
+    length, (layout, taped_rows) = schedule.length, rows
+    n, states, decisions = sweep.n, sweep.slot_index, sweep.decisions
+
+    def retape(tape, first, end):
+        """Ticks [first, end) again from the state before `first`, taped at rows from
+        0 as the forward sweep taped them: an emit's carry, a step's residuals."""
+
+        def tick(small, tape, active):
+            k, carry = small
+            emitting = loop.pending(carry)
+            row = lambda on: jnp.where(on, k - first, length)
+            tape = taped_rows.put_carry(tape, row(active & emitting), carry)
+
+            def step():
+                new, pullback = linearise(loop, params, diff, carry)
+                return new, layout.taped(pullback)
+
+            skip = lambda: (carry, taped_rows.zero_residuals())
+            stepped, taped = if_any(active & ~emitting, step, skip)
+            tape = taped_rows.put_residuals(tape, row(active & ~emitting), taped)
+            emitted, _ = loop.emit(params, carry)  # its writes were made by the first sweep
+            new = jtu.tree_map(lambda e, s: jnp.where(emitting, e, s), emitted, stepped)
+            if decisions is not None:
+                new = loop.replay(new, decisions[k + 1])
+            return (k + 1, new), tape
+
+        carry = get_state(states, first // length, packing)
+        small = (first, carry)
+        return lockstep_while(lambda s, t: s[0] < end, tick, small, tape, batched)[1]
+
+    def segment(small, large, active):
+        first, ct_carry = small
+        tape, ct_params, ct_bufs = large
+        end = jnp.minimum(first + length, n)
+        # The last segment is on the tape already; a finished sample runs nothing.
+        tape = retape(tape, first, jnp.where(active & (end < n), end, first))
+        span = (first, jnp.where(active, end - 1, first - 1))
+        start = (ct_carry, ct_params)
+        (ct_carry, ct_params), ct_bufs = reverse_tape(
+            loop, params, diff, tape, span, start, ct_bufs, rows, batched
+        )
+        return (first - length, ct_carry), (tape, ct_params, ct_bufs)
+
+    ct_final, ct_params = start
+    last_first = jnp.maximum(n - 1, 0) // length * length
+    first = jnp.where(n > 0, last_first, -length)
+    small, large = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        segment,
+        (first, ct_final),
+        (sweep.slots, ct_params, ct_buffers),
+        batched,
+    )
+    return (small[1], large[1]), large[2]

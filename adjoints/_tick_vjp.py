@@ -1,0 +1,155 @@
+"""The vector-Jacobian product of one tick of a loop (an emit or a step), and the small
+pieces the reverse sweeps share: reading and clearing an output row's cotangent, masking
+and adding parameter cotangents.
+
+Every cotangent here is one sample's: under `vmap` a parameter the samples share gets one
+cotangent per sample, and `vmap`'s rules sum them where the composition asks for it.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+from ._lockstep import if_any, tree_where
+from ._loop import scratch_row
+from ._residuals import linearise, transposed
+from ._sweep import split_floats
+
+
+def _read_row(buffer, row):
+    return jtu.tree_map(lambda b: b[row], buffer)
+
+
+def _clear_row(buffer, row):
+    """A write's cotangent is taken once: earlier writes to the row were overwritten."""
+    return jtu.tree_map(lambda b: b.at[row].set(0), buffer)
+
+
+def tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
+    """Cotangents of (params, carry) for one tick, given those of its outputs.
+
+    The tick is an emit or a step depending on `pending(carry)`; branching here, outside
+    the VJP, means each branch linearises only its own work, and only an emit reads and
+    clears output cotangents."""
+    params_f, params_s = eqx.partition(params, diff)
+    carry_f, carry_s = split_floats(carry)
+    ct_next = split_floats(ct_next)[0]
+
+    def emit_branch(ct_buffers):
+        emit = emit_fn(loop, params_s, carry_s)
+        return emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers)
+
+    def step_branch(ct_buffers):
+        lin = linearise(loop, params, diff, carry)[1]
+        ct_params, ct_carry = transposed(lin, params_f, carry_f)(ct_next)
+        return ct_params, ct_carry, ct_buffers
+
+    if loop.max_emits == 0:  # nothing is ever pending: no branch
+        return step_branch(ct_buffers)
+    return lax.cond(loop.pending(carry), emit_branch, step_branch, ct_buffers)
+
+
+def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
+    """`tick_vjp` under `vmap`, where `active`: returns the parameters' cotangent (zero
+    where not `active`), the carry's (unchanged where not `active`) and the output
+    buffers' cotangents. A step's VJP runs only when some sample steps; a sample that
+    emits reads and clears its rows, the others scratch rows."""
+    params_f, params_s = eqx.partition(params, diff)
+    carry_f, carry_s = split_floats(carry)
+    ct_next = split_floats(ct_next)[0]
+    pending = loop.pending(carry) if loop.max_emits else jnp.asarray(False)
+    stepping, emitting = active & ~pending, active & pending
+
+    def step_vjp():
+        lin = linearise(loop, params, diff, carry)[1]
+        dp, dc = transposed(lin, params_f, carry_f)(ct_next)
+        return dc, where_or_zero(stepping, dp)
+
+    zeros = jtu.tree_map(jnp.zeros_like, params_f)
+    dc, dp = if_any(stepping, step_vjp, lambda: (ct_next, zeros))
+    ct_carry = tree_where(stepping, dc, ct_next)
+    if loop.max_emits == 0:
+        return dp, ct_carry, ct_buffers
+    emit = emit_fn(loop, params_s, carry_s)
+    emit_reads = reads_params(emit, params_f, carry_f)
+    dp_e, dc_e, ct_buffers = emit_vjp(
+        emit, params_f, carry_f, ct_next, ct_buffers, emitting, wrt_params=emit_reads
+    )
+    ct_carry = tree_where(emitting, dc_e, ct_carry)
+    if emit_reads:
+        dp = accumulate(emitting, dp, dp_e, params_f)
+    return dp, ct_carry, ct_buffers
+
+
+def emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params=True):
+    """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
+    buffers) of one emit, given the carry's after it. Each write's cotangent is read from
+    its buffer row, which is then cleared (earlier writes to it were overwritten); an
+    inactive sample (see `lockstep_while`) reads and clears scratch rows only."""
+    if wrt_params:
+        _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
+    else:
+        _, pull_carry, rows = jax.vjp(lambda cf: emit(params_f, cf), carry_f, has_aux=True)
+        pullback = lambda ct: (None, *pull_carry(ct))
+    rows = tuple(jnp.where(active, row, scratch_row(b)) for row, b in zip(rows, ct_bufs))
+    ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+    ct_bufs = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+    ct_params, ct_carry = pullback((ct_carry, ct_values))
+    return ct_params, ct_carry, ct_bufs
+
+
+def add(a, b):
+    return jtu.tree_map(lambda x, y: x + y, a, b)
+
+
+def where_or_zero(active, tree):
+    """`tree` where `active`, zeros elsewhere."""
+    return jtu.tree_map(lambda x: jnp.where(active, x, jnp.zeros_like(x)), tree)
+
+
+def accumulate(active, total, term, params):
+    """total + term where `active`, else total."""
+    return add(total, where_or_zero(active, term))
+
+
+def read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
+    """For each input PyTree, whether `fn` reads each of its leaves. Conservative: a leaf
+    passed into a nested call counts as read."""
+    closed = jax.make_jaxpr(fn)(*inputs)
+    used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
+    used |= {id(v) for v in closed.jaxpr.outvars}
+    out, start = [], 0
+    for tree in inputs:
+        count = len(jtu.tree_leaves(tree))
+        out.append(tuple(id(v) in used for v in closed.jaxpr.invars[start : start + count]))
+        start += count
+    return tuple(out)
+
+
+def reads_params(emit, params_f, carry_f) -> bool:
+    """Whether an emit reads any differentiated parameter: if not, its VJP takes no
+    parameter cotangent."""
+    return any(read_leaves(emit, params_f, carry_f)[0])
+
+
+def step_fn(loop, params_s, carry_s):
+    """One step as a function of the differentiated float inputs: (params, carry) ->
+    float leaves of the new carry."""
+
+    def step(pf, cf):
+        new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return split_floats(new)[0]
+
+    return step
+
+
+def emit_fn(loop, params_s, carry_s):
+    """One emit likewise: -> ((float leaves of the new carry, written values), rows)."""
+
+    def emit(pf, cf):
+        new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return (split_floats(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
+
+    return emit
