@@ -85,13 +85,15 @@ def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batch
             True,
         )
         stepping = active & (k >= lo)
-        dc, dp = if_any(
-            stepping,
-            lambda: masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping),
-            lambda: (ct_carry, jtu.tree_map(jnp.zeros_like, params_f)),
-        )
-        ct_carry = tree_where(stepping, dc, ct_carry)
-        return (k - 1, ct_carry), (add(ct_params, dp), ct_bufs)
+
+        def step():
+            dc, dp = masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping)
+            # Added inside the branch: the parameters' cotangent (one per sample under
+            # `vmap`, a batch of weight-sized arrays) is then written once per step.
+            return tree_where(stepping, dc, ct_carry), add(ct_params, dp)
+
+        ct_carry, ct_params = if_any(stepping, step, lambda: (ct_carry, ct_params))
+        return (k - 1, ct_carry), (ct_params, ct_bufs)
 
     # Carry leaves a step reads: only their cotangents change along a run of steps. The
     # others' (an interpolation row, which only an emit reads) enter the run's first

@@ -185,10 +185,13 @@ class PIDController(AbstractStepSizeController):
         return end
 
     def jump_stops(self):
-        """Where steps stop before each jump: the float just below it."""
+        """Where steps stop before each jump: the float just below it, moving with the
+        jump time (`nextafter` has no derivative; the one-ulp shift is added to the time
+        itself, so a step that ends at a jump has the derivative of its length)."""
         if self.jump_ts is None:
             return None
-        return jnp.nextafter(lax.stop_gradient(self.jump_ts), -jnp.inf)
+        fixed = lax.stop_gradient(self.jump_ts)
+        return self.jump_ts + (jnp.nextafter(fixed, -jnp.inf) - fixed)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
         inv_prev, inv_prevprev, at_dtmin = state

@@ -19,7 +19,10 @@ BUDGET_S = dict(smoke=None, quick=10.0, full=None)
 def selection(only: str | None) -> list[Workload]:
     """The workloads named in `only` ("W2,W4"; all when None), plus those a derived one
     needs, in W1..W7 order."""
-    names = set(WORKLOADS) if not only else {n.strip().upper() for n in only.split(",")}
+    ids = {w.upper(): w for w in WORKLOADS}  # "w3p" names W3p
+    names = set(WORKLOADS)
+    if only:
+        names = {ids.get(n.strip().upper(), n.strip()) for n in only.split(",")}
     unknown = names - set(WORKLOADS)
     if unknown:
         raise ValueError(

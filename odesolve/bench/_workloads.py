@@ -278,7 +278,7 @@ def _per_sample_error(batch: int):
     expected = _per_sample_reference(batch)
 
     def error(out):
-        leaves = zip(jax.tree_util.tree_leaves(out[0]), jax.tree_util.tree_leaves(expected))
+        leaves = zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(expected))
         worst = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
         return max(worst(np.asarray(a, np.float64), np.asarray(b, np.float64)) for a, b in leaves)
 
