@@ -738,7 +738,7 @@ def _solve(
     params = _Params(
         vf=vf,
         args=args,
-        controller=controller.wrap(direction),
+        controller=controller.wrap(jnp.asarray(direction, time_dtype)),
         t_start=tau0,
         t_end=tau1,
         clip_floor=tau1 - 100 * jnp.spacing(jax.lax.stop_gradient(span)),

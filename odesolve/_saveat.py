@@ -4,7 +4,6 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -43,7 +42,7 @@ class SaveAt(eqx.Module):
                 "steps=True or dense=True."
             )
         if self.ts is not None:
-            shape = jnp.shape(self.ts)
+            shape = np.shape(self.ts)  # a list too, which `jnp.shape` will refuse
             if len(shape) != 1 or shape[0] == 0:
                 raise ValueError(
                     f"SaveAt(ts=...) must be a non-empty 1-D array of times, got shape {shape}."

@@ -5,6 +5,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._flat import FlatSpec
@@ -72,7 +73,7 @@ class DenseInterpolation(eqx.Module):
 
     def _shape_like(self, t, flat):
         out = self.spec.unravel_rows(flat)
-        return jax.tree_util.tree_map(lambda x: x[0], out) if jnp.ndim(t) == 0 else out
+        return jax.tree_util.tree_map(lambda x: x[0], out) if np.ndim(t) == 0 else out
 
     def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
         """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array.

@@ -236,9 +236,9 @@ def _check_scalar_times(**times) -> None:
         dtype = jnp.asarray(x).dtype
         if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
             raise TypeError(f"{name}={x!r} has dtype {dtype}: pass a real number.")
-        if jnp.shape(x) != ():
+        if np.shape(x) != ():
             raise ValueError(
-                f"{name} has shape {jnp.shape(x)}: pass a scalar time. To solve from several "
+                f"{name} has shape {np.shape(x)}: pass a scalar time. To solve from several "
                 f"times, jax.vmap over {name}."
             )
 

@@ -1,10 +1,13 @@
-"""Derivatives with respect to a declared discontinuity time (`jump_ts`).
+"""Time inputs: derivatives with respect to a declared discontinuity time (`jump_ts`), and
+times given as integers or lists.
 
 y' = -y + H(s - t), a forcing that switches on at time t, declared to the controller as a
 jump; S = integral of y over [0, 1], carried as a second state. dS/dt = -(1 - e^(t - 1)):
 the derivative flows through the step that ends at the jump and the one that starts after
 it, whose lengths move with t.
 """
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -59,3 +62,35 @@ def test_derivative_with_respect_to_a_jump_time(solver, adjoint):
     central = (solve(T + h) - solve(T - h)) / (2 * h)
     np.testing.assert_allclose(derivative, central, rtol=1e-7)
     np.testing.assert_allclose(derivative, EXACT, rtol=1e-7)
+
+
+def _decay(t0, t1, y0, **kwargs):
+    return ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), t0, t1, None, y0, **kwargs
+    )
+
+
+def test_integer_step_times_under_strict_promotion():
+    # conftest sets jax_numpy_dtype_promotion="strict": an int64 step time beside float64
+    # times was a TypePromotionError.
+    pid = ode.PIDController(rtol=1e-8, atol=1e-8, step_ts=[3, 4])
+    sol = _decay(0.0, 10.0, jnp.array([1.0]), stepsize_controller=pid)
+    np.testing.assert_allclose(sol.ys[-1], np.exp(-10.0), atol=1e-8)
+    sol = _decay(0, 4, jnp.array([1.0]), stepsize_controller=ode.StepTo([0, 1, 2, 3, 4]))
+    assert sol.ys.dtype == jnp.float64
+
+
+def test_step_times_take_the_solves_time_dtype():
+    pid = ode.PIDController(rtol=1e-5, atol=1e-5, step_ts=[0.5])  # Python floats: float64
+    y0 = jnp.array([1.0], jnp.float32)
+    sol = _decay(jnp.float32(0), jnp.float32(1), y0, stepsize_controller=pid)
+    np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0), rtol=1e-4)
+
+
+def test_save_times_as_a_list_raise_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        saveat = ode.SaveAt(ts=[0.5, 1.0])
+        pid = ode.PIDController(rtol=1e-8, atol=1e-8)
+        sol = _decay(0.0, 1.0, jnp.array([1.0]), saveat=saveat, stepsize_controller=pid)
+    np.testing.assert_allclose(sol.ys[:, 0], np.exp(-np.array([0.5, 1.0])), rtol=1e-5)

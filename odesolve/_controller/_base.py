@@ -8,6 +8,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -71,3 +72,10 @@ class AbstractStepSizeController(eqx.Module):
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec) -> Proposal:
         raise NotImplementedError  # abstract
+
+
+def signed_times(ts: Any, direction: Any) -> Any:
+    """Times given to a controller, in tau-space (`direction * ts`) and in the solve's time
+    dtype, that of `direction`: integer times (`step_ts=[3, 4]`) and a list of Python
+    floats beside float32 times then work under strict dtype promotion."""
+    return jnp.asarray(ts).astype(jnp.result_type(direction)) * direction

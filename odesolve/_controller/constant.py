@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from .._results import RESULTS
-from ._base import AbstractStepSizeController, Proposal
+from ._base import AbstractStepSizeController, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
 
@@ -60,7 +60,7 @@ class StepTo(AbstractStepSizeController):
     ts: Any
 
     def __check_init__(self):
-        shape = jnp.shape(self.ts)
+        shape = np.shape(self.ts)  # a list too, which `jnp.shape` will refuse
         if len(shape) != 1 or shape[0] < 2:
             raise ValueError(
                 f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), "
@@ -68,7 +68,7 @@ class StepTo(AbstractStepSizeController):
             )
 
     def wrap(self, direction):
-        return StepTo(jnp.asarray(self.ts) * direction)
+        return StepTo(signed_times(self.ts, direction))
 
     def num_steps(self, t0, t1, dt0):
         return len(self.ts) - 1

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._results import RESULTS
-from ._base import AbstractStepSizeController, Proposal, concrete_float
+from ._base import AbstractStepSizeController, Proposal, concrete_float, signed_times
 
 
 def rms_norm(x: Any) -> Any:
@@ -109,7 +109,7 @@ class PIDController(AbstractStepSizeController):
 
     def wrap(self, direction):
         def flip(ts):
-            return None if ts is None else jnp.sort(jnp.asarray(ts) * direction)
+            return None if ts is None else jnp.sort(signed_times(ts, direction))
 
         return eqx.tree_at(
             lambda c: (c.step_ts, c.jump_ts),
