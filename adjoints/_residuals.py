@@ -5,8 +5,9 @@ the *residuals* (the intermediate values its derivative needs), and a linear map
 step's derivative, that reads them; the map's transpose is the step's VJP. Taping the
 residuals rather than the state before the step means the reverse sweep applies only the
 transpose: the step is never evaluated again. This is what `lax.scan` does under `grad`.
-The linear map itself, rather than a pullback (`jax.vjp`), is kept so that under `vmap`
-the samples' maps can be batched before they are transposed (see `_batch_sum.masked_vjp`).
+The linear map itself, rather than a pullback (`jax.vjp`), is kept: its leaves are the
+residuals, so the map is rebuilt from a taped row and the loop's parameters (`Layout`) and
+transposed there (`transposed`).
 
 A linearisation is a PyTree whose leaves are its residuals. Some of them are the same on
 every step and are not stored:
