@@ -84,11 +84,12 @@ def reverse_recompute(
             batched,
         )
         if batched:  # a finished sample reverses nothing
-            pulled = batched_tick_vjp(loop, params, diff, carry, ct_carry, ct_bufs, active)
+            pulled = (carry, ct_carry, ct_bufs, active, ct_params)
+            ct_params, ct_carry, ct_bufs = batched_tick_vjp(loop, params, diff, *pulled)
         else:
             pulled = tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
-        dp, ct_carry, ct_bufs = pulled
-        ct_params = add(ct_params, dp)
+            dp, ct_carry, ct_bufs = pulled
+            ct_params = add(ct_params, dp)
         # Release the states at or after the tick just reversed, restore the latest one
         # before the next.
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)

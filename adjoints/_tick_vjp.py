@@ -51,11 +51,13 @@ def tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     return lax.cond(loop.pending(carry), emit_branch, step_branch, ct_buffers)
 
 
-def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
-    """`tick_vjp` under `vmap`, where `active`: returns the parameters' cotangent (zero
-    where not `active`), the carry's (unchanged where not `active`) and the output
-    buffers' cotangents. A step's VJP runs only when some sample steps; a sample that
-    emits reads and clears its rows, the others scratch rows."""
+def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active, ct_params):
+    """`tick_vjp` under `vmap`, where `active`, with the parameters' cotangent added to
+    `ct_params` (nothing added where not `active`): returns it, the carry's cotangent
+    (unchanged where not `active`) and the output buffers'. A step's VJP runs only when
+    some sample steps, and adds its per-sample parameter cotangents inside that branch,
+    so the batch of parameter-sized totals is written once per tick (see `reverse_tape`);
+    a sample that emits reads and clears its rows, the others scratch rows."""
     params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = split_floats(carry)
     ct_next = split_floats(ct_next)[0]
@@ -65,13 +67,11 @@ def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
     def step_vjp():
         lin = linearise(loop, params, diff, carry)[1]
         dp, dc = transposed(lin, params_f, carry_f)(ct_next)
-        return dc, where_or_zero(stepping, dp)
+        return tree_where(stepping, dc, ct_next), accumulate(stepping, ct_params, dp, params_f)
 
-    zeros = jtu.tree_map(jnp.zeros_like, params_f)
-    dc, dp = if_any(stepping, step_vjp, lambda: (ct_next, zeros))
-    ct_carry = tree_where(stepping, dc, ct_next)
+    ct_carry, ct_params = if_any(stepping, step_vjp, lambda: (ct_next, ct_params))
     if loop.max_emits == 0:
-        return dp, ct_carry, ct_buffers
+        return ct_params, ct_carry, ct_buffers
     emit = emit_fn(loop, params_s, carry_s)
     emit_reads = reads_params(emit, params_f, carry_f)
     dp_e, dc_e, ct_buffers = emit_vjp(
@@ -79,8 +79,8 @@ def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active):
     )
     ct_carry = tree_where(emitting, dc_e, ct_carry)
     if emit_reads:
-        dp = accumulate(emitting, dp, dp_e, params_f)
-    return dp, ct_carry, ct_buffers
+        ct_params = accumulate(emitting, ct_params, dp_e, params_f)
+    return ct_params, ct_carry, ct_buffers
 
 
 def emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params=True):
