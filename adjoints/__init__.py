@@ -34,6 +34,8 @@ from ._closure import (
 from ._closure import (
     shape_record as shape_record,
 )
+from ._concrete import is_concrete as is_concrete
+from ._concrete import trace_time_value as trace_time_value
 from ._loop import (
     Loop as Loop,
 )

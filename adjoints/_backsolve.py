@@ -71,8 +71,9 @@ def _fwd(perturbed, params_and_init, buffers, *, loop, problem, seminorm):
     params, init = params_and_init
     if any(jtu.tree_leaves(problem.times_of(perturbed[0]))):
         raise ValueError(
-            "BacksolveAdjoint cannot differentiate with respect to t0, t1 or "
-            "SaveAt(ts=...): the continuous adjoint has no gradient for the times. Use "
+            "BacksolveAdjoint cannot differentiate with respect to t0, t1, "
+            "SaveAt(ts=...) or the step-size controller's times and settings (step_ts, "
+            "jump_ts, StepTo(ts)): the continuous adjoint has no gradient for them. Use "
             "adjoint=RecursiveCheckpointAdjoint() (the default), which does."
         )
     final, out_buffers = run_plain(loop, params, init, buffers)

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
+from ._concrete import is_concrete
+
 
 def _strip(x: Any, numbers_by_value: bool) -> Any:
     """Arrays (and, unless `numbers_by_value`, Python numbers) are recorded by shape and
@@ -77,7 +79,7 @@ class JaxprClosure(eqx.Module):
     @property
     def captures_tracers(self) -> bool:
         """Whether it closed over values of an enclosing transformation."""
-        return any(isinstance(c, jax.core.Tracer) for c in self.consts)
+        return not all(is_concrete(c) for c in self.consts)
 
     def __call__(self, *args):
         _check_call(self.in_record, args, "fn", numbers_by_value=True)

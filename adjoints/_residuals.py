@@ -26,6 +26,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.extend.core import Literal
 
+from ._concrete import is_concrete
 from ._packing import Packing, is_float
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
@@ -70,7 +71,7 @@ class Layout:
             where = [i for i, p in enumerate(param_leaves) if leaf is p]
             if where:
                 self.kinds.append((_PARAM, where[0]))
-            elif not isinstance(leaf, jax.core.Tracer):
+            elif is_concrete(leaf):
                 self.kinds.append((_CONST, len(self.consts)))
                 self.consts.append(leaf)
             else:

@@ -11,6 +11,7 @@ import jax.tree_util as jtu
 
 from adjoints import ContinuousProblem, ForwardMode
 
+from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._saveat import SaveAt, save_y
 from ._term import ODETerm
@@ -50,6 +51,9 @@ def _backward_controller(adjoint, controller, seminorm):
             (None, None, _seminorm if seminorm else None),
             is_leaf=_is_none,
         )
+    elif isinstance(controller, StepTo):
+        # The backward solve runs from t1 to t0: through the same grid, reversed.
+        controller = StepTo(jnp.flip(jnp.asarray(controller.ts)))
     return controller
 
 
@@ -99,7 +103,7 @@ def continuous_problem(adjoint, solver, max_steps, throw):
         field=lambda theta, t, y: theta[0](t, y, theta[1]),
         theta_of=lambda params: (params.vf, params.args),
         with_theta_cotangent=with_theta_cotangent,
-        times_of=lambda p: (p.t_start, p.t_end, p.save_ts),
+        times_of=lambda p: (p.t_start, p.t_end, p.save_ts, p.controller),
         y_of=lambda carry: carry.y,
         with_y_cotangent=with_y_cotangent,
         saved=saved,

@@ -26,6 +26,7 @@ from adjoints import (
     Write,
     batch_size,
     closure_convert,
+    is_concrete,
 )
 
 from ._continuous import check_supported, continuous_problem
@@ -177,25 +178,45 @@ def _start_derivative(config, params, state):
     return jax.lax.cond(state.made_jump, lambda: vf(state.t, state.y, args), lambda: state.k0)
 
 
-def _rematerialised(vf):
+class _OneTrace:
+    """Holds the checkpointed field once it is made, so that every stage of a step calls
+    the same function and JAX traces the field once. Hashed by identity: it is static."""
+
+    def __init__(self):
+        self.call = None
+        self.static = None  # the non-array leaves `call` was made for
+
+    def made_for(self, static: Any) -> bool:
+        if self.static is None:
+            return False
+        (old, old_def), (new, new_def) = map(jtu.tree_flatten, (self.static, static))
+        return old_def == new_def and all(a is b for a, b in zip(old, new))
+
+
+class _Rematerialised(eqx.Module):
     """The field as a step uses it: reverse mode keeps each stage's input rather than the
     field's intermediate values, and linearises the field again stage by stage when it
     reverses the step (a step's residuals are then a few vectors per stage however large
-    the field is; see `adjoints._residuals`). No effect on the forward solve."""
-    checkpointed = []  # one function for every stage: JAX traces the field once
+    the field is; see `adjoints._residuals`). No effect on the forward solve.
 
-    def field(t, y, args):
-        arrays, static = eqx.partition((vf, args), eqx.is_array)
-        if not checkpointed:
-            # Made here, per step: one closing over tracers would be unhashable.
+    A Module rather than a closure: the field's arrays stay leaves, so a solver that
+    passes it through a custom derivative (the implicit stages) sees them as inputs and
+    not as constants captured from an enclosing trace."""
+
+    vf: Any
+    one_trace: _OneTrace = eqx.field(static=True)
+
+    def __call__(self, t, y, args):
+        arrays, static = eqx.partition((self.vf, args), eqx.is_array)
+        if not self.one_trace.made_for(static):
+
             def call(arrays, t, y):
                 f, a = eqx.combine(arrays, static)
                 return f(t, y, a)
 
-            checkpointed.append(jax.checkpoint(call, prevent_cse=False))
-        return checkpointed[0](arrays, t, y)
-
-    return field
+            self.one_trace.call = jax.checkpoint(call, prevent_cse=False)
+            self.one_trace.static = static
+        return self.one_trace.call(arrays, t, y)
 
 
 def _times(config, *times):
@@ -209,7 +230,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     # Implicit solvers take their Newton tolerances from the controller (see StepContext).
     context = StepContext(params.controller.tolerances(), params.direction, config.spec)
     step = config.solver.step(
-        _rematerialised(params.vf),
+        _Rematerialised(params.vf, _OneTrace()),
         t0,
         t1 - t0,
         state.y,
@@ -883,7 +904,7 @@ def _static_times(t0, t1, dt0, saveat, controller, event) -> bool:
     if event is not None:
         return False
     leaves = jtu.tree_leaves((t0, t1, dt0, saveat.ts, controller))
-    return not any(isinstance(x, jax.core.Tracer) for x in leaves)
+    return all(is_concrete(x) for x in leaves)
 
 
 def _runtime_input_checks(params, dt0_tau):

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import AbstractAdjoint, JaxprClosure, closure_convert
+from adjoints import AbstractAdjoint, JaxprClosure, closure_convert, is_concrete
 
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -114,7 +114,7 @@ def _check_times(t0, t1, dt0, controller, event):
 
 
 def _check_save_ts(ts, c0, c1):
-    if ts is None or isinstance(ts, jax.core.Tracer):
+    if ts is None or not is_concrete(ts):
         return
     ts = np.asarray(ts, dtype=float)
     if not np.all(np.isfinite(ts)):

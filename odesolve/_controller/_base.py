@@ -7,18 +7,19 @@ increases; `wrap(direction)` maps a controller's own time arrays into it.
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import numpy as np
+
+from adjoints import trace_time_value
 
 
 def concrete_float(x: Any) -> float | None:
     """`x` as a Python float when it is known at trace time, else None (a tracer, or not
     a real scalar)."""
-    if isinstance(x, jax.core.Tracer):
+    value = trace_time_value(x)
+    if value is None:
         return None
     try:
-        return float(np.asarray(x))
+        return float(value)
     except (TypeError, ValueError):
         return None
 

@@ -201,8 +201,10 @@ class PIDController(AbstractStepSizeController):
         accept = error < 1
         if self.dtmin is not None:
             accept = accept | at_dtmin
-        # Step-size choices are not differentiated: gradients are those of the
-        # discretisation actually taken (and this keeps them finite).
+        # The step-size factor is not differentiated: gradients are those of the
+        # discretisation actually taken (and this keeps them finite). The step length
+        # keeps its derivative, so the grid moves with the time inputs that placed it:
+        # a step clipped to a traced step time passes that time's derivative on.
         inv = lax.stop_gradient(1 / error)
         factor = self.safety * self._filter(inv, inv_prev, inv_prevprev, q)
         factor = jnp.clip(
@@ -210,7 +212,7 @@ class PIDController(AbstractStepSizeController):
             jnp.where(accept, 1.0, self.factormin),
             jnp.where(accept, self.factormax, self.safety),
         )
-        dt = lax.stop_gradient((t1 - t0) * factor.astype(jnp.result_type(t0)))
+        dt = (t1 - t0) * factor.astype(jnp.result_type(t0))
         dt, at_dtmin, result = self._bound(dt, at_dtmin, factor)
         start = jnp.where(accept, t1, t0)
         # An error of 0 or inf says nothing about the next step: forget it.
