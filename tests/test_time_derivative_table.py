@@ -214,3 +214,21 @@ def test_backsolve_steps_back_through_a_step_to_grid():
     backsolve = jax.jit(jax.grad(loss), static_argnums=2)(y0, ts, ode.BacksolveAdjoint())
     direct = jax.grad(loss)(y0, ts, ode.DirectAdjoint())
     np.testing.assert_allclose(backsolve, direct, rtol=1e-6)
+
+
+@pytest.mark.parametrize("time_input", ["jump_ts", "event"])
+def test_per_sample_time_derivatives(time_input):
+    # One time per sample: vmap(grad) gives each sample's own derivative, grad(vmap) the
+    # same (the loss is a sum over samples), both equal to forward mode one at a time.
+    thetas = jnp.array([0.45, 0.5, 0.55])
+    loss = functools.partial(
+        TIME_INPUTS[time_input].loss, solver=ode.Tsit5(), adjoint=ode.RecursiveCheckpointAdjoint()
+    )
+    per_sample = jax.jit(jax.vmap(jax.grad(loss)))(thetas)
+    of_sum = jax.jit(jax.grad(lambda th: jnp.sum(jax.vmap(loss)(th))))(thetas)
+    forward = functools.partial(
+        TIME_INPUTS[time_input].loss, solver=ode.Tsit5(), adjoint=ode.ForwardMode()
+    )
+    reference = np.array([jax.jacfwd(forward)(t) for t in thetas])
+    np.testing.assert_allclose(per_sample, reference, rtol=1e-12)
+    np.testing.assert_allclose(of_sum, reference, rtol=1e-12)
