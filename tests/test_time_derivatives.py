@@ -79,3 +79,17 @@ def test_save_times_as_a_list_raise_no_warning():
         pid = ode.PIDController(rtol=1e-8, atol=1e-8)
         sol = _decay(0.0, 1.0, jnp.array([1.0]), saveat=saveat, stepsize_controller=pid)
     np.testing.assert_allclose(sol.ys[:, 0], np.exp(-np.array([0.5, 1.0])), rtol=1e-5)
+
+
+def test_a_time_in_both_jump_ts_and_step_ts_solves_as_a_jump():
+    field = lambda t, y, args: jnp.stack([y[1], -y[0] + jnp.where(t < 7.5, 0.0, 1.0)])
+    for t0, t1 in [(0.0, 10.0), (10.0, 0.0)]:
+        ends = []
+        for times in [dict(jump_ts=[7.5]), dict(jump_ts=[7.5], step_ts=[7.5])]:
+            pid = ode.PIDController(rtol=1e-6, atol=1e-6, **times)
+            sol = ode.diffeqsolve(
+                ode.ODETerm(field), ode.Dopri5(), t0, t1, None, jnp.array([1.0, 0.0]),
+                stepsize_controller=pid,
+            )  # fmt: skip
+            ends.append(sol.ys[-1])
+        np.testing.assert_array_equal(ends[0], ends[1])
