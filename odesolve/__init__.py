@@ -52,6 +52,7 @@ from ._progress_meter import (
     TqdmProgressMeter as TqdmProgressMeter,
 )
 from ._results import RESULTS as RESULTS
+from ._results import SolveError as SolveError
 from ._saveat import SaveAt as SaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution

@@ -18,6 +18,7 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 
 from adjoints import (
     AbstractAdjoint,
@@ -27,6 +28,7 @@ from adjoints import (
     batch_size,
     closure_convert,
     is_concrete,
+    trace_time_value,
 )
 
 from ._continuous import check_supported, continuous_problem
@@ -44,7 +46,7 @@ from ._event import (
 )
 from ._flat import FlatSpec, flat_spec, widest_float
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
-from ._results import RESULTS
+from ._results import RESULTS, SolveError, failure_message, is_okay
 from ._saveat import SaveAt, save_y
 from ._solution import DenseInterpolation, Solution, StepRows
 from ._solver._runge_kutta import StepContext
@@ -655,8 +657,8 @@ def diffeqsolve(
       `StepTo(ts)` or `PIDController(rtol, atol)`.
     - `adjoint`: how gradients are computed (`RecursiveCheckpointAdjoint()` by default).
     - `max_steps`: bound on the number of steps (accepted and rejected).
-    - `throw`: raise on failure (a JaxRuntimeError carrying the message); with False,
-      check `sol.result`.
+    - `throw`: raise on failure (`SolveError`, or Equinox's `EquinoxRuntimeError` inside
+      `jit`, carrying the message); with False, check `sol.result`.
     """
     check_kinds(
         solver=solver,
@@ -704,7 +706,8 @@ def diffeqsolve(
         static_times=_static_times(t0, t1, dt0, saveat, stepsize_controller, event),
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
-    return solve(adjoint=adjoint)
+    sol = solve(adjoint=adjoint)
+    return _raise_if_failed(sol) if throw else sol
 
 
 @eqx.filter_jit
@@ -821,8 +824,6 @@ def _solve(
         interpolation=dense,
         event_mask=event_mask,
     )
-    if throw:
-        sol = _raise_if_failed(sol, result)
     return sol
 
 
@@ -921,27 +922,19 @@ def _runtime_input_checks(params, dt0_tau):
     return result
 
 
-def _check_result(code) -> None:
-    """Host side of `throw=True`: raise with the message of the failure `code`."""
-    result = RESULTS(int(code))
-    raise RuntimeError(
-        f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to "
-        "get the solution back with sol.result set instead."
-    )
+_FAILURE_MESSAGES = tuple(failure_message(result) for result in RESULTS)
 
 
-def _raise_if_failed(sol: Solution, result) -> Solution:
-    """A host callback that raises when the solve failed. It runs only on failure, and
-    gets one code however large a `vmap` batch is (the largest failure code over the
-    batch, `unvmap_max`): a batched callback would be unrolled into one per sample, which
-    for an ensemble is thousands of operations to compile. (Not `eqx.error_if`: under
-    `jax.checking_leaks()` inside `jit` that trips JAX's leak checker.)"""
-    failed = (result != RESULTS.successful) & (result != RESULTS.event_occurred)
-    code = eqxi.unvmap_max(jnp.where(failed, result, RESULTS.successful))
-    jax.lax.cond(
-        code != RESULTS.successful,
-        lambda c: jax.debug.callback(_check_result, c),
-        lambda c: None,
-        code,
-    )
-    return sol
+def _raise_if_failed(sol: Solution) -> Solution:
+    """`throw=True`. Outside any transformation the result is known here: raise one
+    `SolveError` with our message. Inside one, `eqx.branched_error_if` raises when the
+    program runs (Equinox's convention, as in Diffrax); under `vmap` it is one check for
+    the whole batch, not one per sample."""
+    code = trace_time_value(sol.result)
+    if code is not None:
+        failed = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
+        if failed:
+            raise SolveError(failure_message(max(failed)))
+        return sol
+    failed = ~is_okay(sol.result)
+    return eqx.branched_error_if(sol, failed, sol.result, _FAILURE_MESSAGES)

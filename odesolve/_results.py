@@ -7,6 +7,8 @@ Trace-time mistakes (wrong shapes, wrong signs of concrete values) raise `ValueE
 
 import enum
 
+import equinox as eqx
+
 
 class RESULTS(enum.IntEnum):
     successful = 0
@@ -60,3 +62,22 @@ _MESSAGES = {
 
 def is_okay(result) -> bool:
     return (result == RESULTS.successful) | (result == RESULTS.event_occurred)
+
+
+def failure_message(result: RESULTS) -> str:
+    """What a user reads when a solve fails with `throw=True` ("" when it did not)."""
+    if is_okay(result):
+        return ""
+    return (
+        f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to get "
+        "the solution back with sol.result set instead."
+    )
+
+
+class SolveError(eqx.EquinoxRuntimeError):
+    """A solve that failed while running, with `throw=True` and outside any `jit`. (Inside
+    one, the failure is Equinox's `EquinoxRuntimeError`, of which this is a kind, as in
+    Diffrax.)"""
+
+
+SolveError.__module__ = "odesolve"  # how tracebacks name it

@@ -45,8 +45,6 @@ def expected(rate):
     return np.exp(-np.outer(np.atleast_1d(rate), SAVE_TS))[..., None] * np.ones(2)
 
 
-# throw=False here keeps `eqx.error_if` out: under `jax.jit` it trips `checking_leaks` by
-# itself (see the next test), which is not what this test is about.
 def test_module_holding_tracers_built_inside_jit():
     solve = jax.jit(lambda rate: solve_with(Decay(2.0 * rate), throw=False))
     with jax.checking_leaks():

@@ -1,6 +1,7 @@
 """Bad inputs fail loudly: at trace time with an error naming the argument and showing the
 value, at run time with a `RESULTS` code (raised when throw=True)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -237,7 +238,7 @@ def nan_after_half(t, y, args):
 
 
 def test_nan_at_t0_raises():
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NaN or inf.*\(t0, y0\)"):
+    with pytest.raises(ode.SolveError, match=r"NaN or inf.*\(t0, y0\)"):
         solve(terms=ode.ODETerm(nan_at_start))
 
 
@@ -251,7 +252,7 @@ ADAPTIVE = ode.PIDController(rtol=1e-6, atol=1e-6)
 
 @pytest.mark.parametrize("controller", [ode.ConstantStepSize(), ADAPTIVE], ids=["constant", "pid"])
 def test_nan_later_in_the_solve_raises(controller):
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NaN or inf"):
+    with pytest.raises(ode.SolveError, match=r"NaN or inf"):
         solve(terms=ode.ODETerm(nan_after_half), stepsize_controller=controller)
 
 
@@ -270,7 +271,7 @@ def test_nan_later_in_the_solve_is_reported_with_throw_false(controller, result)
 
 
 def test_max_steps_reached_raises():
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"maximum number of solver steps"):
+    with pytest.raises(ode.SolveError, match=r"maximum number of solver steps"):
         solve(max_steps=5)
 
 
@@ -284,7 +285,7 @@ def test_max_steps_reached_is_reported_with_throw_false():
 def test_a_failing_sample_under_vmap_raises_and_the_check_is_one_callback():
     # Sample 1 has ten times the horizon: it runs out of steps, sample 0 does not.
     solve_to = lambda t1: solve(t1=t1, max_steps=20, saveat=ode.SaveAt(t1=True)).ys
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"maximum number of solver steps"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match=r"maximum number of solver steps"):
         jax.vmap(solve_to)(jnp.array([1.0, 10.0]))
     # However large the batch, the failure check is one host callback, not one per sample.
     unbatched = jax.jit(solve_to).lower(1.0).as_text()
@@ -345,3 +346,23 @@ def test_traced_bad_dt0_raises_at_run_time_with_throw_true():
 
     with pytest.raises(Exception, match=r"`dt0` has the wrong sign"):
         run(jnp.asarray(-0.1))
+
+
+def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
+    with pytest.raises(ode.SolveError) as info:
+        solve(max_steps=5)
+    assert str(info.value) == (
+        "diffeqsolve failed (max_steps_reached): The maximum number of solver steps was "
+        "reached before t1. Increase `max_steps`, loosen the tolerances, or use an "
+        "implicit solver if the problem is stiff. Pass throw=False to get the solution "
+        "back with sol.result set instead."
+    )
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    assert isinstance(info.value, eqx.EquinoxRuntimeError)  # as Diffrax's failures
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_a_failure_inside_filter_jit_is_equinoxs_runtime_error_with_our_message():
+    with pytest.raises(eqx.EquinoxRuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
+        eqx.filter_jit(lambda y0: solve(y0=y0, max_steps=5).ys)(jnp.array([1.0]))
