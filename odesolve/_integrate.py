@@ -51,7 +51,7 @@ from ._saveat import SaveAt, save_y
 from ._solution import DenseInterpolation, Solution, StepRows
 from ._solver._runge_kutta import StepContext
 from ._term import ODETerm
-from ._validate import check_kinds, normalise_inputs
+from ._validate import check_kinds, normalise_inputs, resolution
 
 
 class _Config(eqx.Module):
@@ -113,7 +113,6 @@ class _Params(eqx.Module):
     controller: AbstractStepSizeController
     t_start: Any
     t_end: Any
-    clip_floor: Any  # a step ending above this ends at t_end (no sliver steps)
     save_ts: Any  # tau-space save times, or None
     direction: Any
     dt0: Any  # tau-space first step, or None
@@ -261,8 +260,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         fixed = jax.lax.stop_gradient(t1)
         past = jnp.nextafter(jnp.nextafter(fixed, jnp.inf), jnp.inf)
         t_new = jnp.where(jumped, t1 + (past - fixed), t_new)
-    next_end = jnp.minimum(proposal.next_end, params.t_end)
-    next_end = jnp.where(next_end > params.clip_floor, params.t_end, next_end)
+    next_end = _clipped_to_end(params, t_new, proposal.next_end)
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
     underflow = (next_end <= t_new) & (t_new < params.t_end)
     result = jnp.where(underflow, RESULTS.step_size_underflow, proposal.result)
@@ -441,6 +439,14 @@ def _empty_row(config, params, y0):
     return (params.t_start, y0, tuple(jnp.zeros_like(y0) for _ in config.interp_stages))
 
 
+def _clipped_to_end(params, start, end):
+    """Where a step from `start` proposed to end at `end` ends: never past t_end, and at
+    t_end when it would leave less than 1% of its length to go (no sliver of a last step,
+    and no step of a few ulps left by rounding in start + dt)."""
+    end = jnp.minimum(end, params.t_end)
+    return jnp.where(params.t_end - end <= 0.01 * (end - start), params.t_end, end)
+
+
 def _initial_state(config, params, y0, dt0, initial_result, meter_last):
     vf, args = params.vf, params.args
     k0 = vf(params.t_start, y0, args)
@@ -455,8 +461,7 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
         config.solver.error_order(),
         config.spec,
     )
-    t_next = jnp.minimum(t_next, params.t_end)
-    t_next = jnp.where(t_next > params.clip_floor, params.t_end, t_next)
+    t_next = _clipped_to_end(params, params.t_start, t_next)
     result = jnp.where(
         jnp.all(jnp.isfinite(k0)), initial_result, RESULTS.nonfinite_initial_derivative
     )
@@ -735,7 +740,9 @@ def _solve(
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
         direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
-    spec = flat_spec(y0, widest_float(*jtu.tree_leaves(y0)))
+    # The solver works in at least float32 (a float16 state's error norm and stages would
+    # lose most of their digits); the field still sees each leaf in its own dtype.
+    spec = flat_spec(y0, widest_float(*jtu.tree_leaves(y0), jnp.float32))
     y0_flat = spec.ravel(y0)
     tau0, tau1 = direction * t0, direction * t1
     field = _FlatField(terms, spec, direction)
@@ -758,14 +765,12 @@ def _solve(
     save_ts = None
     if saveat.ts is not None:  # tau-space, with an inf sentinel after the last
         save_ts = jnp.append(direction * jnp.asarray(saveat.ts, time_dtype), jnp.inf)
-    span = jnp.maximum(jnp.abs(tau0), jnp.abs(tau1))
     params = _Params(
         vf=vf,
         args=args,
         controller=controller.wrap(jnp.asarray(direction, time_dtype)),
         t_start=tau0,
         t_end=tau1,
-        clip_floor=tau1 - 100 * jnp.spacing(jax.lax.stop_gradient(span)),
         save_ts=save_ts,
         direction=direction,
         dt0=None if dt0 is None else direction * dt0,
@@ -779,7 +784,7 @@ def _solve(
         ),
     )
     dt0_tau = params.dt0
-    initial_result = _runtime_input_checks(params, dt0_tau)
+    initial_result = _runtime_input_checks(config, params, dt0_tau)
     init = _initial_state(config, params, y0_flat, dt0_tau, initial_result, meter_last)
     loop = Loop(
         cond=lambda p, s: _keep_going(config, p, s),
@@ -908,17 +913,24 @@ def _static_times(t0, t1, dt0, saveat, controller, event) -> bool:
     return all(is_concrete(x) for x in leaves)
 
 
-def _runtime_input_checks(params, dt0_tau):
+def _runtime_input_checks(config, params, dt0_tau):
     """Checks of traced inputs, which can only fail at run time (concrete ones were
     checked before tracing, with trace-time errors)."""
+    # Written so that NaN fails each check (a comparison with NaN is False).
     result = jnp.asarray(RESULTS.successful, jnp.int32)
+    t_start, t_end = params.t_start, params.t_end
     if dt0_tau is not None:
-        bad_dt0 = (dt0_tau <= 0) & (params.t_end > params.t_start)
+        t_max = jnp.maximum(jnp.abs(t_start), jnp.abs(t_end))
+        fine = dt0_tau >= resolution(jax.lax.stop_gradient(t_max), t_start.dtype)
+        bad_dt0 = ~(jnp.isfinite(dt0_tau) & fine) & (t_end > t_start)
         result = jnp.where(bad_dt0, RESULTS.invalid_dt0, result)
     if params.save_ts is not None:
         ts = params.save_ts[:-1]
-        bad = jnp.any(ts[1:] < ts[:-1]) | (ts[0] < params.t_start) | (ts[-1] > params.t_end)
-        result = jnp.where(bad, RESULTS.invalid_save_times, result)
+        ordered = jnp.all(ts[1:] >= ts[:-1]) & (ts[0] >= t_start) & (ts[-1] <= t_end)
+        result = jnp.where(ordered & jnp.all(jnp.isfinite(ts)), result, RESULTS.invalid_save_times)
+    # t1 = inf is allowed only for an event to end the solve (checked at trace time).
+    finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | (config.event is not None))
+    result = jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
     return result
 
 
@@ -937,4 +949,6 @@ def _raise_if_failed(sol: Solution) -> Solution:
             raise SolveError(failure_message(max(failed)))
         return sol
     failed = ~is_okay(sol.result)
-    return eqx.branched_error_if(sol, failed, sol.result, _FAILURE_MESSAGES)
+    # Under vmap the message is that of the largest code among the failing samples.
+    code = jnp.where(failed, sol.result, RESULTS.successful)
+    return eqx.branched_error_if(sol, failed, code, _FAILURE_MESSAGES)

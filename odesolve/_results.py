@@ -20,6 +20,7 @@ class RESULTS(enum.IntEnum):
     invalid_dt0 = 6
     invalid_save_times = 7
     event_occurred = 8
+    nonfinite_times = 9
 
     @property
     def message(self) -> str:
@@ -50,11 +51,17 @@ _MESSAGES = {
         "step is too large for stability: pass a smaller dt0 or use PIDController."
     ),
     RESULTS.invalid_dt0: (
-        "`dt0` has the wrong sign or is zero: it must point from t0 towards t1 "
-        "(dt0 > 0 when t1 > t0, dt0 < 0 when t1 < t0)."
+        "`dt0` is zero, NaN, inf, points the wrong way, or is below the resolution of the "
+        "time dtype near t0 and t1 (two spacings between consecutive values there): it "
+        "must be finite and point from t0 towards t1 (dt0 > 0 when t1 > t0, dt0 < 0 when "
+        "t1 < t0)."
     ),
     RESULTS.invalid_save_times: (
-        "`SaveAt(ts=...)` must be sorted in the direction of integration and lie in [t0, t1]."
+        "`SaveAt(ts=...)` must be finite, sorted in the direction of integration and lie "
+        "in [t0, t1]."
+    ),
+    RESULTS.nonfinite_times: (
+        "t0 or t1 is NaN or inf. t1 may be inf only when an Event ends the solve."
     ),
     RESULTS.event_occurred: "The solve stopped because an event occurred.",
 }

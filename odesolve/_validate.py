@@ -113,6 +113,31 @@ def _check_times(t0, t1, dt0, controller, event):
     return c0, c1
 
 
+def resolution(t_max: Any, dtype: Any) -> Any:
+    """The smallest step that times of `dtype` near `t_max` represent to within half of
+    its length: two spacings between consecutive values there."""
+    return 2 * jnp.spacing(jnp.asarray(t_max, dtype))
+
+
+def _trace_time_resolution(t_max: float, dtype: Any) -> float:
+    return float(2 * np.spacing(np.asarray(t_max, dtype)))
+
+
+def _check_resolution(c0, c1, cdt, dtype) -> None:
+    if None in (c0, c1, cdt):
+        return
+    t_max = max(abs(c0), abs(c1))
+    smallest = _trace_time_resolution(t_max, dtype)
+    if abs(cdt) < smallest:
+        name = jnp.dtype(dtype).name
+        raise ValueError(
+            f"dt0={cdt} is below the resolution of {name} times near t={t_max:g}: values "
+            f"there are {smallest / 2:g} apart, so steps of that size cannot be taken. "
+            f"Shift time so the solve starts near 0 (t0=0, t1={c1 - c0:g}, with the field "
+            f"given t + {c0:g}), use float64 times, or pass |dt0| >= {smallest:g}."
+        )
+
+
 def _check_save_ts(ts, c0, c1):
     if ts is None or not is_concrete(ts):
         return
@@ -257,7 +282,10 @@ def normalise_inputs(
     # Read before converting: under `jit` a converted Python number is a tracer.
     cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
-    time_dtype = widest_float(*times, *jtu.tree_leaves(y0))
+    # Never narrower than float32: a float16 state keeps its precision, but times in
+    # float16 could not resolve a step of a span much longer than a few thousand steps.
+    time_dtype = widest_float(*times, *jtu.tree_leaves(y0), jnp.float32)
+    _check_resolution(c0, c1, cdt, time_dtype)
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.
     floating = lambda x: jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)

@@ -25,8 +25,10 @@ from ._base import AbstractStepSizeController, Proposal, concrete_float, signed_
 def rms_norm(x: Any) -> Any:
     """Root mean square over every element of a PyTree."""
     leaves = jax.tree_util.tree_leaves(x)
-    total = sum(jnp.sum(jnp.square(leaf)) for leaf in leaves)
     size = sum(leaf.size for leaf in leaves)
+    if size == 0:  # an empty state has no error: every step is accepted
+        return jnp.zeros(())
+    total = sum(jnp.sum(jnp.square(leaf)) for leaf in leaves)
     return jnp.sqrt(total / size)
 
 
@@ -127,7 +129,7 @@ class PIDController(AbstractStepSizeController):
         scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
         scaled = y_error / scale
         if self.norm is None:
-            return jnp.sqrt(jnp.mean(jnp.square(scaled)))
+            return rms_norm(scaled)
         return self.norm(spec.unravel(scaled))
 
     def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
@@ -161,7 +163,7 @@ class PIDController(AbstractStepSizeController):
         is about 1% of the tolerance. One extra evaluation of the vector field."""
         scale = self.atol + jnp.abs(y0) * self.rtol
         norm = (
-            (lambda x: jnp.sqrt(jnp.mean(jnp.square(x))))
+            rms_norm
             if self.norm is None
             else (lambda x: self.norm(spec.unravel(x)))
         )
