@@ -13,7 +13,7 @@ from ._lockstep import if_any, lockstep_while, tree_where
 from ._loop import apply_writes
 from ._packing import Packing
 from ._residuals import linearise, tape_rows
-from ._sweep import Sweep, decision_tape, num_ticks_bound, put_state
+from ._sweep import Sweep, decision_tape, put_state, record_decision
 
 
 def forward_sweep(loop, schedule, params, diff, init, buffers, batched):
@@ -42,15 +42,14 @@ def forward_sweep(loop, schedule, params, diff, init, buffers, batched):
     if segmented:  # in the table's place: the state before each segment
         slot_index = packing.empty(schedule.slots + 1)
     replaying = loop.decision is not None and schedule.recomputes
-    decisions = decision_tape(loop, init, num_ticks_bound(loop)) if replaying else None
+    decisions = decision_tape(loop, init) if replaying else None
 
     def decide(decisions, k, carry, active):
         """Record the decision of the carry after tick k (row k + 1; inactive: row 0,
         which is never replayed)."""
         if not replaying:
             return decisions
-        row = jnp.where(active, k + 1, 0)
-        return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
+        return record_decision(loop, decisions, k, carry, active)
 
     def tape_row(k, active):
         """Tick k's tape row (the scratch row where not `active`)."""

@@ -7,7 +7,7 @@ from jax import lax
 
 from ._binomial import next_checkpoint
 from ._lockstep import lockstep_while
-from ._sweep import get_state, put_state
+from ._sweep import get_state, put_state, replay_decision
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
 
@@ -50,8 +50,7 @@ def reverse_recompute(
 
     def tick(carry, index):
         carry, _ = loop.tick(params, carry, scratch)
-        if decisions is not None:
-            carry = loop.replay(carry, decisions[index + 1])
+        carry = replay_decision(loop, decisions, index, carry)
         return carry, index + 1
 
     def advance(target):

@@ -50,9 +50,36 @@ class Sweep(eqx.Module):
     schedule: Any = eqx.field(static=True)
 
 
-def decision_tape(loop, init, bound):
+# Step-size decisions kept for recomputation to replay: those of the first DECISION_ROWS
+# ticks (1 MiB in float64), not one per tick of the bound, so that memory follows the
+# steps a solve takes rather than `max_steps`. A longer solve's later decisions are made
+# again when recomputed, as the forward sweep made them (equal but for rounding in a
+# differently compiled step).
+DECISION_ROWS = 2**17
+
+
+def decision_tape(loop, init):
+    """Row k + 1 holds the decision after tick k (row 0 is written by inactive samples
+    and never read)."""
     shape = jax.eval_shape(loop.decision, init)
-    return jnp.zeros((bound + 1, *shape.shape), shape.dtype)
+    rows = min(num_ticks_bound(loop), DECISION_ROWS) + 1
+    return jnp.zeros((rows, *shape.shape), shape.dtype)
+
+
+def record_decision(loop, decisions, k, carry, active):
+    """Keep the decision of the carry after tick k, where the tape has a row for it."""
+    row = jnp.where(active & (k + 1 < decisions.shape[0]), k + 1, 0)
+    return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
+
+
+def replay_decision(loop, decisions, k, carry):
+    """The carry after recomputing tick k, with the forward sweep's decision put back
+    where the tape holds it (later ticks keep the one just made)."""
+    if decisions is None:
+        return carry
+    rows = decisions.shape[0]
+    kept = decisions[jnp.minimum(k + 1, rows - 1)]
+    return loop.replay(carry, jnp.where(k + 1 < rows, kept, loop.decision(carry)))
 
 
 def put_state(slots, i, carry, packing):

@@ -701,7 +701,9 @@ def diffeqsolve(
         args,
         saveat=saveat,
         controller=stepsize_controller,
-        max_steps=max_steps,
+        # Step counters are int32: a larger bound (never reached: a billion steps) is
+        # that many, rather than a count that wraps.
+        max_steps=None if max_steps is None else min(max_steps, _MOST_STEPS),
         throw=throw,
         meter=progress_meter,
         event=inputs.event,
@@ -712,7 +714,12 @@ def diffeqsolve(
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
     sol = solve(adjoint=adjoint)
+    if max_steps is not None and max_steps > _MOST_STEPS:
+        sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
     return _raise_if_failed(sol) if throw else sol
+
+
+_MOST_STEPS = 2**30
 
 
 @eqx.filter_jit
@@ -928,6 +935,8 @@ def _runtime_input_checks(config, params, dt0_tau):
         ts = params.save_ts[:-1]
         ordered = jnp.all(ts[1:] >= ts[:-1]) & (ts[0] >= t_start) & (ts[-1] <= t_end)
         result = jnp.where(ordered & jnp.all(jnp.isfinite(ts)), result, RESULTS.invalid_save_times)
+    valid = params.controller.times_are_valid(t_start, t_end)
+    result = jnp.where(valid, result, RESULTS.invalid_step_times)
     # t1 = inf is allowed only for an event to end the solve (checked at trace time).
     finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | (config.event is not None))
     result = jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)

@@ -21,6 +21,7 @@ class RESULTS(enum.IntEnum):
     invalid_save_times = 7
     event_occurred = 8
     nonfinite_times = 9
+    invalid_step_times = 10
 
     @property
     def message(self) -> str:
@@ -59,6 +60,10 @@ _MESSAGES = {
     RESULTS.invalid_save_times: (
         "`SaveAt(ts=...)` must be finite, sorted in the direction of integration and lie "
         "in [t0, t1]."
+    ),
+    RESULTS.invalid_step_times: (
+        "`StepTo(ts)` must be strictly monotonic from t0 to t1: ts[0] == t0, ts[-1] == t1, "
+        "no repeated or NaN times."
     ),
     RESULTS.nonfinite_times: (
         "t0 or t1 is NaN or inf. t1 may be inf only when an Event ends the solve."

@@ -197,6 +197,16 @@ def _converted_vector_field(terms, t0, y0, args):
     return terms
 
 
+def _check_condition_returns_an_array(cond, bound, t0, y0, args) -> None:
+    out = jax.eval_shape(lambda t, y: bound(t, y, args), t0, y0)
+    leaves, treedef = jtu.tree_flatten(out)
+    if len(leaves) != 1 or treedef.num_nodes != 1:
+        raise ValueError(
+            f"event condition {cond!r} returned {out!r}; each condition must return a "
+            "scalar bool or a scalar float (e.g. y[0] for 'stop when y[0] crosses zero')."
+        )
+
+
 def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
     """Closure-convert the event's conditions that close over tracers of an enclosing
     transformation, for the same reason as the vector field's (see above). Their keyword
@@ -208,6 +218,7 @@ def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, contro
     for cond in event.conditions:
         bound = lambda t, y, a, cond=cond: cond(t, y, a, **kwargs)
         try:
+            _check_condition_returns_an_array(cond, bound, t0, y0, args)
             converted = closure_convert(bound, t0, y0, args)
         except TypeError as e:
             raise TypeError(

@@ -30,7 +30,7 @@ from .._lockstep import if_any, lockstep_while
 from .._packing import Packing
 from .._residuals import linearise, tape_rows
 from .._reverse_tape import reverse_tape
-from .._sweep import get_state
+from .._sweep import get_state, replay_decision
 from ._base import AbstractSchedule
 
 
@@ -119,8 +119,7 @@ def reverse_segments(
             tape = taped_rows.put_residuals(tape, row(active & ~emitting), taped)
             emitted, _ = loop.emit(params, carry)  # its writes were made by the first sweep
             new = jtu.tree_map(lambda e, s: jnp.where(emitting, e, s), emitted, stepped)
-            if decisions is not None:
-                new = loop.replay(new, decisions[k + 1])
+            new = replay_decision(loop, decisions, k, new)
             return (k + 1, new), tape
 
         carry = get_state(states, first // length, packing)

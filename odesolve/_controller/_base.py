@@ -63,6 +63,11 @@ class AbstractStepSizeController(eqx.Module):
         solvers derive their Newton tolerances from these."""
         return None
 
+    def times_are_valid(self, t_start: Any, t_end: Any) -> Any:
+        """Run-time check of the controller's own times (concrete ones were checked when
+        traced): a bool array, False to fail the solve with `invalid_step_times`."""
+        return jnp.asarray(True)
+
     def num_steps(self, t0: Any, t1: Any, dt0: Any) -> int | None:
         """The number of steps when it is known before solving (static), else None."""
         return None

@@ -73,6 +73,13 @@ class StepTo(AbstractStepSizeController):
     def num_steps(self, t0, t1, dt0):
         return len(self.ts) - 1
 
+    def times_are_valid(self, t_start, t_end):
+        # In tau-space (see `wrap`): increasing whichever way the solve runs. Written so
+        # that NaN fails (a comparison with NaN is False).
+        ts = jnp.asarray(self.ts)
+        increasing = jnp.all(ts[1:] > ts[:-1])
+        return increasing & (ts[0] == t_start) & (ts[-1] == t_end)
+
     def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
         if dt0 is not None:
             raise ValueError(

@@ -87,7 +87,14 @@ class FlatJacobian(eqx.Module):
         if self.user_fn is None:
             return jax.jacfwd(lambda x: vf(t, x, args))(y)
         d_y, d_t = jnp.asarray(self.direction, y.dtype), jnp.asarray(self.direction, t.dtype)
-        return d_y * jnp.asarray(self.user_fn(d_t * t, self.spec.unravel(y), args), y.dtype)
+        jac = self.user_fn(d_t * t, self.spec.unravel(y), args)
+        n = y.shape[0]
+        if jnp.shape(jac) != (n, n):
+            raise ValueError(
+                f"jacobian=...: the Jacobian function returned shape {jnp.shape(jac)}, but "
+                f"the state has {n} components: it must return df/dy of shape ({n}, {n})."
+            )
+        return d_y * jnp.asarray(jac, y.dtype)
 
 
 def _stop(tree: Any) -> Any:

@@ -1,0 +1,213 @@
+"""A table of bad inputs: each raises one exception of a stated type whose message holds
+the stated words (the argument, the value or the fix). Inputs inside `jit` can only be
+checked when the program runs; they fail with `throw=True` as Equinox's runtime error
+(`jax.jit`, `eqx.filter_jit`) carrying the same message. A new argument gets its row here.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import adjoints._sweep
+import odesolve as ode
+
+PID = ode.PIDController(rtol=1e-8, atol=1e-8)
+
+
+def solve(**overrides):
+    kwargs = dict(
+        terms=ode.ODETerm(lambda t, y, args: -y),
+        solver=ode.Tsit5(),
+        t0=0.0,
+        t1=1.0,
+        dt0=0.1,
+        y0=jnp.array([1.0, 2.0]),
+    )
+    kwargs.update(overrides)
+    return ode.diffeqsolve(**kwargs)
+
+
+def jitted(make_kwargs, value):
+    """A solve whose input `value` is traced: checked only when it runs."""
+    return eqx.filter_jit(lambda v: solve(**make_kwargs(v)).ys)(jnp.asarray(value))
+
+
+RUN_TIME = (eqx.EquinoxRuntimeError,)
+
+CASES = {
+    # ---- checked when traced
+    "dt0 below the float32 resolution of time": (
+        lambda: solve(
+            solver=ode.Euler(),
+            t0=jnp.float32(99999),
+            t1=jnp.float32(1e5),
+            dt0=jnp.float32(0.01),
+            y0=jnp.array([1.0], jnp.float32),
+        ),
+        ValueError,
+        r"dt0=0.0099.* below the resolution of float32 times near t=100000",
+    ),
+    "dt0 below the float64 resolution of time": (
+        lambda: solve(solver=ode.Euler(), t0=1e14 - 1, t1=1e14, dt0=0.01),
+        ValueError,
+        r"dt0=0.01 is below the resolution of float64 .* pass \|dt0\| >= 0.03125",
+    ),
+    "event condition returning None": (
+        lambda: solve(event=ode.Event(lambda t, y, args, **kwargs: None)),
+        ValueError,
+        r"event condition .* returned None; each condition must return a scalar",
+    ),
+    "user Jacobian of the wrong shape": (
+        lambda: solve(
+            solver=ode.Kvaerno5(jacobian=lambda t, y, args: jnp.eye(3)),
+            stepsize_controller=PID,
+            dt0=None,
+        ),
+        ValueError,
+        r"jacobian=.*returned shape \(3, 3\), but the state has 2 components",
+    ),
+    "checkpoints not an integer": (
+        lambda: ode.RecursiveCheckpointAdjoint(checkpoints=2.5),
+        TypeError,
+        r"checkpoints=2.5\): pass an integer",
+    ),
+    # ---- checked when the solve runs
+    "traced NaN dt0": (
+        lambda: jitted(lambda d: dict(dt0=d), jnp.nan),
+        RUN_TIME,
+        r"invalid_dt0.*must be finite",
+    ),
+    "traced inf dt0": (
+        lambda: jitted(lambda d: dict(dt0=d), jnp.inf),
+        RUN_TIME,
+        r"invalid_dt0",
+    ),
+    "traced dt0 below the resolution of time": (
+        lambda: jitted(lambda t0: dict(solver=ode.Euler(), t0=t0, t1=1e14, dt0=0.01), 1e14 - 1),
+        RUN_TIME,
+        r"invalid_dt0.*below the resolution",
+    ),
+    "traced NaN t1": (
+        lambda: jitted(lambda t1: dict(t1=t1, dt0=None, stepsize_controller=PID), jnp.nan),
+        RUN_TIME,
+        r"nonfinite_times.*t0 or t1 is NaN or inf",
+    ),
+    "traced inf t1 without an event": (
+        lambda: jitted(lambda t1: dict(t1=t1, dt0=None, stepsize_controller=PID), jnp.inf),
+        RUN_TIME,
+        r"nonfinite_times.*t1 may be inf only when an Event ends the solve",
+    ),
+    "traced NaN t0": (
+        lambda: jitted(lambda t0: dict(t0=t0), jnp.nan),
+        RUN_TIME,
+        r"nonfinite_times",
+    ),
+    "traced NaN save time": (
+        lambda: jitted(lambda ts: dict(saveat=ode.SaveAt(ts=ts)), [0.5, jnp.nan]),
+        RUN_TIME,
+        r"invalid_save_times.*must be finite",
+    ),
+    "traced unsorted StepTo times": (
+        lambda: jitted(
+            lambda ts: dict(dt0=None, stepsize_controller=ode.StepTo(ts)), [0, 0.6, 0.4, 1]
+        ),
+        RUN_TIME,
+        r"invalid_step_times.*strictly monotonic",
+    ),
+    "traced repeated StepTo times": (
+        lambda: jitted(
+            lambda ts: dict(dt0=None, stepsize_controller=ode.StepTo(ts)), [0, 0.5, 0.5, 1]
+        ),
+        RUN_TIME,
+        r"invalid_step_times",
+    ),
+    "traced StepTo times not ending at t1": (
+        lambda: jitted(
+            lambda ts: dict(dt0=None, stepsize_controller=ode.StepTo(ts)), [0, 0.5, 0.9]
+        ),
+        RUN_TIME,
+        r"invalid_step_times.*ts\[-1\] == t1",
+    ),
+    "traced StepTo times not starting at t0": (
+        lambda: jitted(
+            lambda ts: dict(dt0=None, stepsize_controller=ode.StepTo(ts)), [0.1, 0.5, 1]
+        ),
+        RUN_TIME,
+        r"invalid_step_times.*ts\[0\] == t0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input(case):
+    make, error, words = CASES[case]
+    with pytest.raises(error, match=words):
+        make()
+
+
+# ---------------------------------------------------------------- edge inputs that solve
+
+
+def test_an_empty_state_solves_with_an_adaptive_controller():
+    sol = solve(y0=jnp.zeros(0), dt0=None, stepsize_controller=PID)
+    assert sol.ys.shape == (1, 0)
+    assert sol.result == ode.RESULTS.successful
+
+
+def test_a_float16_state_solves_with_an_adaptive_controller():
+    controller = ode.PIDController(rtol=1e-3, atol=1e-3)
+    sol = solve(y0=jnp.array([1.0], jnp.float16), dt0=None, stepsize_controller=controller)
+    assert sol.ys.dtype == jnp.float16
+    np.testing.assert_allclose(np.float64(sol.ys[-1, 0]), np.exp(-1.0), rtol=2e-3)
+
+
+def test_a_dt0_just_above_the_resolution_of_time_solves():
+    # 2.5 spacings of float32 near 1e5: steps of 2 or 3 ulps, and no sliver absorbed
+    # into a long last step (100 ulps were, before: a 78x dt0 step).
+    t0, t1 = jnp.float32(99999), jnp.float32(1e5)
+    dt0 = jnp.float32(2.5 * np.spacing(np.float32(1e5)))
+    y0 = jnp.array([1.0], jnp.float32)
+    sol = solve(solver=ode.Euler(), t0=t0, t1=t1, dt0=dt0, y0=y0, max_steps=None)
+    np.testing.assert_allclose(sol.ys[-1, 0], np.exp(-1.0), rtol=2e-2)
+
+
+@pytest.mark.parametrize("max_steps", [2**31, 2**32 + 3, 2**40])
+def test_max_steps_beyond_int32_solves(max_steps):
+    sol = solve(dt0=None, stepsize_controller=PID, max_steps=max_steps)
+    np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0) * np.array([1.0, 2.0]), rtol=1e-6)
+    assert sol.stats["max_steps"] == max_steps
+
+
+def test_reverse_mode_memory_follows_the_steps_not_max_steps():
+    def loss(y0, max_steps):
+        sol = solve(y0=y0, dt0=None, stepsize_controller=PID, max_steps=max_steps)
+        return jnp.sum(sol.ys[-1])
+
+    def temp_bytes(max_steps):
+        grad = jax.jit(jax.grad(loss), static_argnums=1)
+        compiled = grad.lower(jnp.array([1.0, 2.0]), max_steps).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    # A 9-step solve: the same memory for a bound of 1e6 as for 1e9.
+    assert temp_bytes(10**9) <= temp_bytes(10**6) < 16 * 2**20
+
+
+@pytest.mark.parametrize("schedule", ["online", "segments"])
+def test_a_solve_longer_than_the_decision_record_differentiates_exactly(monkeypatch, schedule):
+    # Step-size decisions are kept for the first DECISION_ROWS ticks; later ones are made
+    # again when recomputed. Shrunk to 4 here so that a 30-step solve goes past it.
+    monkeypatch.setattr(adjoints._sweep, "DECISION_ROWS", 4)
+
+    def loss(p, adjoint):
+        field = lambda t, y, args: -args * y + jnp.sin(3 * t)
+        sol = solve(
+            terms=ode.ODETerm(field), y0=jnp.array([1.0, 2.0]), args=p, dt0=None,
+            stepsize_controller=PID, adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.sum(sol.ys[-1])
+
+    recomputing = ode.RecursiveCheckpointAdjoint(checkpoints=3, schedule=schedule)
+    grad = jax.grad(loss)(1.5, recomputing)
+    np.testing.assert_allclose(grad, jax.grad(loss)(1.5, ode.DirectAdjoint()), rtol=1e-10)
