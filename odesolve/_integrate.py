@@ -943,21 +943,30 @@ def _runtime_input_checks(config, params, dt0_tau):
     return result
 
 
-_FAILURE_MESSAGES = tuple(failure_message(result) for result in RESULTS)
-
-
 def _raise_if_failed(sol: Solution) -> Solution:
     """`throw=True`. Outside any transformation the result is known here: raise one
-    `SolveError` with our message. Inside one, `eqx.branched_error_if` raises when the
-    program runs (Equinox's convention, as in Diffrax); under `vmap` it is one check for
-    the whole batch, not one per sample."""
+    `SolveError` with our message. Inside one, a host callback raises it when the program
+    runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
     code = trace_time_value(sol.result)
     if code is not None:
         failed = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
         if failed:
             raise SolveError(failure_message(max(failed)))
         return sol
+    # One code however large a `vmap` batch is (the largest failure code over the batch,
+    # `unvmap_max`): a batched callback would be unrolled into one per sample, thousands
+    # of operations to compile for an ensemble. Not `eqx.error_if`: under `jit(grad)` it
+    # trips `jax.checking_leaks()`.
     failed = ~is_okay(sol.result)
-    # Under vmap the message is that of the largest code among the failing samples.
-    code = jnp.where(failed, sol.result, RESULTS.successful)
-    return eqx.branched_error_if(sol, failed, code, _FAILURE_MESSAGES)
+    code = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful))
+    jax.lax.cond(
+        code != RESULTS.successful,
+        lambda c: jax.debug.callback(_raise_failure, c),
+        lambda c: None,
+        code,
+    )
+    return sol
+
+
+def _raise_failure(code) -> None:
+    raise SolveError(failure_message(RESULTS(int(code))))

@@ -87,9 +87,9 @@ def failure_message(result: RESULTS) -> str:
 
 
 class SolveError(eqx.EquinoxRuntimeError):
-    """A solve that failed while running, with `throw=True` and outside any `jit`. (Inside
-    one, the failure is Equinox's `EquinoxRuntimeError`, of which this is a kind, as in
-    Diffrax.)"""
+    """A solve that failed while running, with `throw=True`. Inside `jit` it reaches the
+    caller wrapped in JAX's `JaxRuntimeError`; both are `RuntimeError`s, and this is a
+    kind of Equinox's `EquinoxRuntimeError`, which Diffrax raises."""
 
 
 SolveError.__module__ = "odesolve"  # how tracebacks name it

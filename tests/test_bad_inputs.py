@@ -1,7 +1,7 @@
 """A table of bad inputs: each raises one exception of a stated type whose message holds
 the stated words (the argument, the value or the fix). Inputs inside `jit` can only be
-checked when the program runs; they fail with `throw=True` as Equinox's runtime error
-(`jax.jit`, `eqx.filter_jit`) carrying the same message. A new argument gets its row here.
+checked when the program runs; with `throw=True` they fail with JAX's runtime error
+carrying our message (`SolveError`'s). A new argument gets its row here.
 """
 
 import equinox as eqx
@@ -34,7 +34,7 @@ def jitted(make_kwargs, value):
     return eqx.filter_jit(lambda v: solve(**make_kwargs(v)).ys)(jnp.asarray(value))
 
 
-RUN_TIME = (eqx.EquinoxRuntimeError,)
+RUN_TIME = (RuntimeError,)  # JaxRuntimeError carrying SolveError's message
 
 CASES = {
     # ---- checked when traced

@@ -285,7 +285,7 @@ def test_max_steps_reached_is_reported_with_throw_false():
 def test_a_failing_sample_under_vmap_raises_and_the_check_is_one_callback():
     # Sample 1 has ten times the horizon: it runs out of steps, sample 0 does not.
     solve_to = lambda t1: solve(t1=t1, max_steps=20, saveat=ode.SaveAt(t1=True)).ys
-    with pytest.raises(eqx.EquinoxRuntimeError, match=r"maximum number of solver steps"):
+    with pytest.raises(RuntimeError, match=r"maximum number of solver steps"):
         jax.vmap(solve_to)(jnp.array([1.0, 10.0]))
     # However large the batch, the failure check is one host callback, not one per sample.
     unbatched = jax.jit(solve_to).lower(1.0).as_text()
@@ -344,7 +344,7 @@ def test_traced_bad_dt0_raises_at_run_time_with_throw_true():
     def run(dt0):
         return ode.diffeqsolve(ode.ODETerm(decay), ode.Tsit5(), 0.0, 1.0, dt0, jnp.ones(2)).ys
 
-    with pytest.raises(Exception, match=r"`dt0` has the wrong sign"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"invalid_dt0.*points the wrong way"):
         run(jnp.asarray(-0.1))
 
 
@@ -363,6 +363,6 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
     assert out == "" and err == ""
 
 
-def test_a_failure_inside_filter_jit_is_equinoxs_runtime_error_with_our_message():
-    with pytest.raises(eqx.EquinoxRuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
+def test_a_failure_inside_filter_jit_is_a_runtime_error_with_our_message():
+    with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
         eqx.filter_jit(lambda y0: solve(y0=y0, max_steps=5).ys)(jnp.array([1.0]))

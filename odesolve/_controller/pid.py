@@ -162,11 +162,7 @@ class PIDController(AbstractStepSizeController):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
         scale = self.atol + jnp.abs(y0) * self.rtol
-        norm = (
-            rms_norm
-            if self.norm is None
-            else (lambda x: self.norm(spec.unravel(x)))
-        )
+        norm = rms_norm if self.norm is None else (lambda x: self.norm(spec.unravel(x)))
         d0, d1 = norm(y0 / scale), norm(k0 / scale)
         tiny = (d0 < 1e-5) | (d1 < 1e-5)
         h0 = jnp.where(tiny, 1e-6, 0.01 * d0 / jnp.where(tiny, 1, d1))
