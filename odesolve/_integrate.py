@@ -927,7 +927,9 @@ def _runtime_input_checks(config, params, dt0_tau):
     result = jnp.asarray(RESULTS.successful, jnp.int32)
     t_start, t_end = params.t_start, params.t_end
     if dt0_tau is not None:
-        t_max = jnp.maximum(jnp.abs(t_start), jnp.abs(t_end))
+        # (t1 = inf with an event: the resolution near t0.)
+        t_far = jnp.where(jnp.isfinite(t_end), t_end, t_start)
+        t_max = jnp.maximum(jnp.abs(t_start), jnp.abs(t_far))
         fine = dt0_tau >= resolution(jax.lax.stop_gradient(t_max), t_start.dtype)
         bad_dt0 = ~(jnp.isfinite(dt0_tau) & fine) & (t_end > t_start)
         result = jnp.where(bad_dt0, RESULTS.invalid_dt0, result)
