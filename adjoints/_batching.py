@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax.custom_batching import custom_vmap
 
+from ._concrete import is_concrete
+
 
 @custom_vmap
 def _probe(leaves: list) -> jax.Array:
@@ -42,7 +44,8 @@ def batch_size(*trees: Any) -> int:
     product of the sizes of the nested `vmap`s over which some array leaf of `trees` is
     batched (1 if none). A `vmap` outside an enclosing `jax.jit` is not seen: the jitted
     function is traced for one sample."""
-    leaves = [jax.lax.stop_gradient(x) for x in jtu.tree_leaves(trees) if eqx.is_array(x)]
-    if not leaves:
+    leaves = [x for x in jtu.tree_leaves(trees) if eqx.is_array(x)]
+    if all(is_concrete(x) for x in leaves):  # no leaf is batched: skip the probe's trace
         return 1
+    leaves = [jax.lax.stop_gradient(x) for x in leaves]
     return _probe(leaves).shape[0]

@@ -19,6 +19,7 @@ from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
 from ._controller.constant import StepTo
 from ._event import BoundCondition, condition_kwargs
+from ._field_cache import checked_once
 from ._flat import widest_float
 from ._progress_meter import AbstractProgressMeter
 from ._saveat import SaveAt
@@ -306,7 +307,7 @@ def normalise_inputs(
         y0 = jtu.tree_map(lambda y: y.astype(widest_float(y, widest)), y0)
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
-    terms = _converted_vector_field(terms, t0, y0, args)
+    terms = checked_once(_converted_vector_field, terms, t0, y0, args)
     event = _converted_event(
         event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
     )
