@@ -53,6 +53,9 @@ from ._progress_meter import (
 )
 from ._results import RESULTS as RESULTS
 from ._results import SolveError as SolveError
+from ._results import is_event as is_event
+from ._results import is_okay as is_okay
+from ._results import is_successful as is_successful
 from ._saveat import SaveAt as SaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution
@@ -101,6 +104,8 @@ from ._solver import (
 from ._solver import (
     Tsit5 as Tsit5,
 )
+from ._solver import VeryChord as VeryChord
+from ._solver import with_stepsize_controller_tols as with_stepsize_controller_tols
 from ._term import ODETerm as ODETerm
 
 __version__ = "0.1.0"

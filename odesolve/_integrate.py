@@ -622,7 +622,14 @@ def _outputs(config, params, y0, final, buffers, cut):
     dense = None
     if config.save_dense:
         t_start, t_end, y_rows, stage_rows = buffers.pop(0)
-        rows = StepRows(t_start, t_end, y_rows, stage_rows, final.dense_row)
+        count = final.dense_row
+        # No step (t0 == t1): the interpolant is the point y0, a row of zero length.
+        empty = count == 0
+        t_start = t_start.at[0].set(jnp.where(empty, params.t_start, t_start[0]))
+        t_end = t_end.at[0].set(jnp.where(empty, params.t_start, t_end[0]))
+        y_rows = y_rows.at[0].set(jnp.where(empty, y0, y_rows[0]))
+        stage_rows = stage_rows.at[0].set(jnp.where(empty, 0, stage_rows[0]))
+        rows = StepRows(t_start, t_end, y_rows, stage_rows, jnp.maximum(count, 1))
         dense = DenseInterpolation(rows, config.interp, spec, d, d * params.t_start, d * final.t)
     if not parts:
         return None, None, dense

@@ -10,7 +10,16 @@ import enum
 import equinox as eqx
 
 
-class RESULTS(enum.IntEnum):
+class _Lookup(enum.EnumMeta):
+    def __getitem__(cls, key):
+        """`RESULTS["max_steps_reached"]` is the member; as in Diffrax, `RESULTS[code]`
+        for a result code (`sol.result`) is its message."""
+        if isinstance(key, str):
+            return super().__getitem__(key)
+        return cls(int(key)).message
+
+
+class RESULTS(enum.IntEnum, metaclass=_Lookup):
     successful = 0
     max_steps_reached = 1
     dt_min_reached = 2
@@ -73,7 +82,18 @@ _MESSAGES = {
 
 
 def is_okay(result) -> bool:
+    """The solve reached t1 or stopped at an event (works on traced results)."""
     return (result == RESULTS.successful) | (result == RESULTS.event_occurred)
+
+
+def is_successful(result) -> bool:
+    """The solve reached t1 (no event stopped it)."""
+    return result == RESULTS.successful
+
+
+def is_event(result) -> bool:
+    """An event stopped the solve."""
+    return result == RESULTS.event_occurred
 
 
 def failure_message(result: RESULTS) -> str:

@@ -82,11 +82,6 @@ def _check_times(t0, t1, dt0, controller, event):
                 else "."
             )
         )
-    if c0 is not None and c1 is not None and c0 == c1:
-        raise ValueError(
-            f"t0 == t1 == {c0}: the interval is empty, so there is nothing to solve. Pass "
-            "t1 != t0 (or skip the solve: the solution is y0)."
-        )
     if cdt is not None and c0 is not None and c1 is not None:
         if cdt == 0 or (c1 - c0) * cdt < 0:
             fix = abs(cdt) if c1 > c0 else -abs(cdt)

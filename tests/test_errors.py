@@ -93,11 +93,6 @@ def test_vector_field_returning_complex_values():
         solve(terms=ode.ODETerm(lambda t, y, args: y.astype(jnp.complex128)))
 
 
-def test_t0_equal_to_t1():
-    with pytest.raises(ValueError, match=r"t0 == t1 == 1.0"):
-        solve(t0=1.0, t1=1.0)
-
-
 @pytest.mark.parametrize("name", ["t0", "t1", "dt0"])
 def test_non_finite_times(name):
     with pytest.raises(ValueError, match=rf"{name}=nan is not finite"):

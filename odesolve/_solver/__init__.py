@@ -23,4 +23,6 @@ from .kvaerno import ImplicitEuler as ImplicitEuler
 from .kvaerno import Kvaerno3 as Kvaerno3
 from .kvaerno import Kvaerno4 as Kvaerno4
 from .kvaerno import Kvaerno5 as Kvaerno5
+from .root_finder import VeryChord as VeryChord
+from .root_finder import with_stepsize_controller_tols as with_stepsize_controller_tols
 from .tsit5 import Tsit5 as Tsit5

@@ -35,6 +35,7 @@ from jaxtyping import Array, Float
 
 from ._runge_kutta import StepContext, StepResult
 from ._tableau import ImplicitTableau
+from .root_finder import root_finder_tolerances
 
 # Newton iteration status.
 _RUNNING, _CONVERGED, _FAILED = 0, 1, 2
@@ -192,14 +193,17 @@ def _solve_stage_jvp(primals, tangents, **kwargs):
 
 
 def _newton_settings(solver, context, y0, adaptive) -> NewtonSettings:
-    """Newton tolerances: the solver's own if set, else the controller's rtol/atol with
-    kappa = `solver.kappa`, else (fixed steps) 100 ulp relative to the state."""
+    """Newton tolerances: the solver's own (`root_finder`, or `newton_rtol`/`newton_atol`)
+    if set, else the controller's rtol/atol, with kappa = `solver.kappa` (or the root
+    finder's); else (fixed steps) 100 ulp relative to the state."""
     dtype = y0.dtype
-    if solver.newton_rtol is not None:
-        rtol, atol, kappa = solver.newton_rtol, solver.newton_atol, solver.kappa
-    elif context is not None and context.tolerances is not None:
-        (rtol, atol), kappa = context.tolerances, solver.kappa
-    else:
+    rtol, atol, kappa = solver.newton_rtol, solver.newton_atol, solver.kappa
+    if solver.root_finder is not None:
+        rtol, atol, finder_kappa = root_finder_tolerances(solver.root_finder)
+        kappa = kappa if finder_kappa is None else finder_kappa
+    if rtol is None and context is not None and context.tolerances is not None:
+        rtol, atol = context.tolerances
+    elif rtol is None:
         rtol = atol = 100 * float(jnp.finfo(dtype).eps)
         kappa = 1.0
     scale = jnp.asarray(atol, dtype) + jnp.asarray(rtol, dtype) * jnp.abs(y0)
@@ -298,6 +302,9 @@ class AbstractImplicitRungeKutta(eqx.Module):
     - `max_refreshes`: how often a stage whose iterations fail may re-evaluate the
       Jacobian (at its best iterate) and start again before the step is rejected; by
       default 1 with error control and 10 with fixed steps (which cannot reject).
+    - `root_finder`: Diffrax's spelling of the tolerances: `VeryChord(rtol, atol)` or an
+      optimistix root finder; its `rtol`, `atol` (and `kappa`) are used as above. The
+      stages are solved by chord iterations whichever is passed.
     """
 
     tableau: ClassVar[ImplicitTableau]
@@ -307,8 +314,16 @@ class AbstractImplicitRungeKutta(eqx.Module):
     kappa: float = 1e-2
     max_iterations: int | None = None
     max_refreshes: int | None = None
+    root_finder: Any = None
 
     def __check_init__(self):
+        if self.root_finder is not None:
+            root_finder_tolerances(self.root_finder)  # refuses one without tolerances
+            if self.newton_rtol is not None:
+                raise ValueError(
+                    "root_finder=... and newton_rtol/newton_atol both set the Newton "
+                    "tolerances: pass one of them."
+                )
         if (self.newton_rtol is None) != (self.newton_atol is None):
             raise ValueError(
                 f"newton_rtol={self.newton_rtol}, newton_atol={self.newton_atol}: pass both "

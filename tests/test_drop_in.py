@@ -1,0 +1,101 @@
+"""Diffrax behaviour that Diffrax code relies on: an empty interval, root finders on
+implicit solvers, the `RESULTS` lookups."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+Y0 = jnp.array([1.0, 2.0])
+DECAY = ode.ODETerm(lambda t, y, args: -y)
+PID = ode.PIDController(rtol=1e-8, atol=1e-8)
+
+
+# ---------------------------------------------------------------- t0 == t1
+
+
+@pytest.mark.parametrize("controller, dt0", [(ode.ConstantStepSize(), 0.1), (PID, None)])
+def test_an_empty_interval_returns_y0(controller, dt0):
+    saveat = ode.SaveAt(t0=True, t1=True, ts=jnp.array([1.0]), dense=True)
+    sol = ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 1.0, 1.0, dt0, Y0, saveat=saveat, stepsize_controller=controller
+    )
+    np.testing.assert_array_equal(sol.ts, [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(sol.ys, np.stack([Y0] * 3))
+    np.testing.assert_array_equal(sol.evaluate(1.0), Y0)  # dense output of a point
+    assert sol.result == ode.RESULTS.successful
+
+
+def test_one_sample_with_an_empty_interval_under_vmap():
+    def final(t1):
+        return ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, t1, None, Y0, stepsize_controller=PID)
+
+    t1s = jnp.array([0.0, 1.0])
+    np.testing.assert_allclose(jax.vmap(final)(t1s).ys[:, -1, 0], np.exp(-t1s), rtol=1e-7)
+    grads = jax.vmap(jax.grad(lambda t1: final(t1).ys[-1, 0]))(t1s)
+    np.testing.assert_allclose(grads, [0.0, -np.exp(-1.0)], rtol=1e-7)
+
+
+# ---------------------------------------------------------------- root finders
+
+
+class _OptimistixLike:
+    """What an optimistix root finder offers here: its tolerances."""
+
+    rtol = 1e-10
+    atol = 1e-10
+
+
+STIFF = ode.ODETerm(
+    lambda t, y, args: jnp.stack([-1000 * (y[0] - jnp.cos(t)) - 300 * y[0] ** 3, -y[1] ** 2])
+)  # nonlinear: chord iterations take more than one step to converge
+
+
+@pytest.mark.parametrize(
+    "root_finder",
+    [
+        ode.VeryChord(rtol=1e-10, atol=1e-10),
+        ode.with_stepsize_controller_tols(ode.VeryChord)(),
+        _OptimistixLike(),
+    ],
+    ids=["VeryChord", "controller-tols", "optimistix-like"],
+)
+def test_implicit_solvers_take_a_root_finder(root_finder):
+    solver = ode.Kvaerno5(root_finder=root_finder)
+    pid = ode.PIDController(rtol=1e-8, atol=1e-8)
+    sol = ode.diffeqsolve(STIFF, solver, 0.0, 1.0, None, Y0, stepsize_controller=pid)
+    reference = ode.diffeqsolve(STIFF, ode.Kvaerno5(), 0.0, 1.0, None, Y0, stepsize_controller=pid)
+    np.testing.assert_allclose(sol.ys[-1], reference.ys[-1], rtol=1e-7)
+
+
+def test_a_root_finder_without_tolerances_is_refused():
+    with pytest.raises(TypeError, match=r"root_finder=3: pass odesolve.VeryChord"):
+        ode.Kvaerno5(root_finder=3)
+    with pytest.raises(ValueError, match=r"pass one of them"):
+        ode.Kvaerno5(root_finder=ode.VeryChord(1e-6, 1e-6), newton_rtol=1e-6, newton_atol=1e-6)
+
+
+def test_the_root_finders_tolerances_are_used():
+    # A loose root finder changes the answer of fixed implicit Euler steps; a tight one
+    # agrees with the default (100 ulp).
+    solve = lambda solver: ode.diffeqsolve(STIFF, solver, 0.0, 0.1, 0.01, Y0).ys[-1]
+    default = solve(ode.ImplicitEuler())
+    tight = solve(ode.ImplicitEuler(root_finder=ode.VeryChord(rtol=1e-13, atol=1e-13)))
+    loose = solve(ode.ImplicitEuler(root_finder=ode.VeryChord(rtol=1e-1, atol=1e-1)))
+    np.testing.assert_allclose(tight, default, rtol=1e-11)
+    assert np.max(np.abs(loose - default)) > 1e-9
+
+
+# ---------------------------------------------------------------- RESULTS
+
+
+def test_results_lookups():
+    sol = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, max_steps=3, throw=False)
+    assert ode.RESULTS[sol.result] == ode.RESULTS.max_steps_reached.message
+    assert ode.RESULTS["max_steps_reached"] is ode.RESULTS.max_steps_reached
+    assert not ode.is_okay(sol.result) and not ode.is_successful(sol.result)
+    ok = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0)
+    assert ode.is_okay(ok.result) and ode.is_successful(ok.result)
+    assert not ode.is_event(ok.result)
