@@ -323,7 +323,7 @@ def _report_progress(config, params, state, t_new):
         return None
     # Reported, never differentiated (the meter's callback has no derivative).
     progress = jax.lax.stop_gradient((t_new - params.t_start) / (params.t_end - params.t_start))
-    return config.meter.step(config.meter_key, progress, state.meter_last)
+    return config.meter.step(config.meter_key, progress, state.meter_last, state.num_steps + 1)
 
 
 def _interp_row(config, t0, y0, step):

@@ -1,12 +1,12 @@
 """Progress meters: report how far through [t0, t1] a solve is, from inside the jitted loop.
 
-The loop calls `meter.step(progress, last)` each step; a host callback fires only when the
-progress has grown by `minimum_increase` since the last report (under `lax.cond`), so a
-meter costs one comparison per step. Under `vmap` the slowest sample's progress is shown.
+The loop calls `meter.step(key, progress, last, num_steps)` each step; a host callback
+fires only when a report is due (`due`: by default when the progress has grown by
+`minimum_increase` since the last one), under `lax.cond`, so a meter costs a comparison
+per step. Under `vmap` the slowest sample's progress is shown.
 """
 
 import itertools
-import sys
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -45,8 +45,13 @@ class AbstractProgressMeter(eqx.Module):
         last = jax.pure_callback(start, jax.ShapeDtypeStruct((), jnp.float32))
         return key, last
 
-    def step(self, key: int, progress: Any, last: Any) -> Any:
-        """Report `progress` in [0, 1] if it grew enough; returns the new `last`."""
+    def due(self, progress: Any, last: Any, num_steps: Any) -> Any:
+        """Whether to report now: the progress grew by `minimum_increase`."""
+        return progress >= last + self.minimum_increase
+
+    def step(self, key: int, progress: Any, last: Any, num_steps: Any) -> Any:
+        """Report `progress` in [0, 1] after step `num_steps` if due; returns the new
+        `last`."""
 
         def report(p):
             jax.debug.callback(lambda q: self._update(key, float(np.min(q))), p)
@@ -58,8 +63,8 @@ class AbstractProgressMeter(eqx.Module):
         progress = lax.stop_gradient(progress.astype(jnp.float32))
         progress = -eqxi.unvmap_max(-progress)
         last = -eqxi.unvmap_max(-lax.stop_gradient(last))
-        grew = progress >= last + self.minimum_increase
-        return lax.cond(grew, report, lambda _: last, progress)
+        num_steps = eqxi.unvmap_max(num_steps)
+        return lax.cond(self.due(progress, last, num_steps), report, lambda _: last, progress)
 
     def close(self, key: int, token: Any) -> None:
         jax.debug.callback(lambda _: self._close(key), token)
@@ -72,26 +77,35 @@ class NoProgressMeter(AbstractProgressMeter):
 
 
 class TextProgressMeter(AbstractProgressMeter):
-    """Print the percentage done to stderr, every `minimum_increase` (default 2%)."""
+    """Print the percentage done to stdout (as Diffrax), every `minimum_increase` (default
+    2%)."""
 
     minimum_increase: float = 0.02
 
     def _start(self, key):
-        print("0.00%", file=sys.stderr, flush=True)
+        print("0.00%", flush=True)
 
     def _update(self, key, progress):
-        print(f"{100 * progress:.2f}%", file=sys.stderr, flush=True)
+        print(f"{100 * progress:.2f}%", flush=True)
 
     def _close(self, key):
-        print("100.00%", file=sys.stderr, flush=True)
+        print("100.00%", flush=True)
 
 
 class TqdmProgressMeter(AbstractProgressMeter):
-    """A tqdm bar (needs `pip install tqdm`)."""
+    """A tqdm bar (needs `pip install tqdm`), redrawn every `refresh_steps` steps (as
+    Diffrax)."""
 
     refresh_steps: int = 20
 
+    def due(self, progress, last, num_steps):
+        return (num_steps % self.refresh_steps == 0) & (progress > last)
+
     def __check_init__(self):
+        if isinstance(self.refresh_steps, bool) or not isinstance(self.refresh_steps, int):
+            raise TypeError(f"refresh_steps={self.refresh_steps!r}: pass a positive int.")
+        if self.refresh_steps < 1:
+            raise ValueError(f"refresh_steps={self.refresh_steps}: pass a positive int.")
         try:
             import tqdm  # noqa: F401
         except ImportError as e:

@@ -498,7 +498,7 @@ def test_pid_jump_ts_steps_over_a_discontinuity_without_rejections(switch):
 # ---------------------------------------------------------------- progress, throw
 
 
-def test_text_progress_meter_reports_to_stderr(capfd):
+def test_text_progress_meter_reports_to_stdout(capfd):
     sol = ode.diffeqsolve(
         ode.ODETerm(decay),
         ode.Tsit5(),
@@ -512,7 +512,7 @@ def test_text_progress_meter_reports_to_stderr(capfd):
     jax.block_until_ready(sol)
     jax.effects_barrier()
     out, err = capfd.readouterr()
-    lines = err.split()
+    lines = out.split()
     assert lines[0] == "0.00%" and lines[-1] == "100.00%"
     percents = [float(line.rstrip("%")) for line in lines]
     assert percents == sorted(percents)
@@ -611,3 +611,18 @@ def test_a_float32_state_with_float64_times_is_promoted(adjoint):
     ts = np.linspace(0.0, 1.0, 3)
     np.testing.assert_allclose(value, 2 * np.sum(np.exp(-ts)), rtol=1e-6)
     np.testing.assert_allclose(grad, -2 * np.sum(ts * np.exp(-ts)), rtol=1e-5)
+
+
+def test_tqdm_progress_meter_redraws_every_refresh_steps(monkeypatch):
+    # 100 steps, redrawn every 25: four updates (and the final close).
+    updates = []
+    monkeypatch.setattr(
+        ode.TqdmProgressMeter, "_update", lambda self, key, progress: updates.append(progress)
+    )
+    sol = ode.diffeqsolve(
+        ode.ODETerm(decay), ode.Tsit5(), 0.0, 1.0, 0.01, jnp.asarray(1.0), jnp.asarray(1.0),
+        progress_meter=ode.TqdmProgressMeter(refresh_steps=25),
+    )  # fmt: skip
+    jax.block_until_ready(sol)
+    jax.effects_barrier()
+    np.testing.assert_allclose(updates, [0.25, 0.5, 0.75, 1.0], rtol=1e-6)

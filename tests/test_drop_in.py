@@ -49,7 +49,7 @@ class _OptimistixLike:
 
 
 STIFF = ode.ODETerm(
-    lambda t, y, args: jnp.stack([-1000 * (y[0] - jnp.cos(t)) - 300 * y[0] ** 3, -y[1] ** 2])
+    lambda t, y, args: jnp.stack([-1000 * (y[0] - jnp.cos(t)) - 300 * y[0] ** 3, -(y[1] ** 2)])
 )  # nonlinear: chord iterations take more than one step to converge
 
 
