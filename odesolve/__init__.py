@@ -52,7 +52,9 @@ from ._progress_meter import (
     TqdmProgressMeter as TqdmProgressMeter,
 )
 from ._results import RESULTS as RESULTS
+from ._results import InvalidStepTimes as InvalidStepTimes
 from ._results import SolveError as SolveError
+from ._results import UnsupportedCombination as UnsupportedCombination
 from ._results import is_event as is_event
 from ._results import is_okay as is_okay
 from ._results import is_successful as is_successful

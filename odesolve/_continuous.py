@@ -13,13 +13,14 @@ from adjoints import ContinuousProblem, ForwardMode
 
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
+from ._results import UnsupportedCombination
 from ._saveat import SaveAt, save_y
 from ._term import ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
     if saveat.steps or saveat.dense or saveat.fn is not save_y:
-        raise ValueError(
+        raise UnsupportedCombination(
             "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only, not steps, "
             "dense or fn: its backward solve restarts from the saved states. Use "
             "RecursiveCheckpointAdjoint() (the default) for those."

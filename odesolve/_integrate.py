@@ -272,7 +272,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     y_new = jnp.where(accept, step.y1, state.y)
     event_values, event_mask = _check_event(config, params, state, accept, t_new, y_new)
     if event_mask is not None:
-        stop = jnp.any(jnp.stack(event_mask)) & (result == RESULTS.successful)
+        stop = jnp.any(jnp.stack(event_mask)) & (result == RESULTS.successful.value)
         result = jnp.where(stop, RESULTS.event_occurred, result)
     return State(
         t=t_new,
@@ -283,7 +283,7 @@ def _step(config: _Config, params: _Params, state: State) -> State:
         controller_state=proposal.state,
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
-        result=jnp.where(state.result == RESULTS.successful, result, state.result),
+        result=jnp.where(state.result == RESULTS.successful.value, result, state.result),
         row=_interp_row(config, t0, state.y, step) if config.carries_row else None,
         ts_index=state.ts_index,
         next_save=state.next_save,
@@ -397,7 +397,7 @@ def _emit(config: _Config, params: _Params, state: State) -> tuple[State, tuple]
 
 
 def _keep_going(config: _Config, params: _Params, state: State):
-    going = (state.t < params.t_end) & (state.result == RESULTS.successful)
+    going = (state.t < params.t_end) & (state.result == RESULTS.successful.value)
     if config.max_steps is not None:
         going = going & (state.num_steps < config.max_steps)
     return going
@@ -496,11 +496,11 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
 
 def _final_result(config, params, final):
     result = final.result
-    unfinished = (result == RESULTS.successful) & (final.t < params.t_end)
+    unfinished = (result == RESULTS.successful.value) & (final.t < params.t_end)
     result = jnp.where(unfinished, RESULTS.max_steps_reached, result)
     if not config.needs_error:
         # Fixed steps never reject, so a blow-up only shows in the state.
-        bad = (result == RESULTS.successful) & ~jnp.all(jnp.isfinite(final.y))
+        bad = (result == RESULTS.successful.value) & ~jnp.all(jnp.isfinite(final.y))
         result = jnp.where(bad, RESULTS.nonfinite_state, result)
     return result
 
@@ -511,7 +511,7 @@ def _locate_event(config, params, final):
     Returns the new final state and the event mask (None without an event)."""
     if config.event is None:
         return final, None
-    happened = final.result == RESULTS.event_occurred
+    happened = final.result == RESULTS.event_occurred.value
 
     def locate():
         times = tuple(
@@ -969,7 +969,7 @@ def _raise_if_failed(sol: Solution) -> Solution:
     failed = ~is_okay(sol.result)
     code = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful))
     jax.lax.cond(
-        code != RESULTS.successful,
+        code != RESULTS.successful.value,
         lambda c: jax.debug.callback(_raise_failure, c),
         lambda c: None,
         code,

@@ -82,18 +82,19 @@ _MESSAGES = {
 
 
 def is_okay(result) -> bool:
-    """The solve reached t1 or stopped at an event (works on traced results)."""
-    return (result == RESULTS.successful) | (result == RESULTS.event_occurred)
+    """The solve reached t1 or stopped at an event (works on traced results). Compared
+    by value: under `jax.disable_jit()` JAX takes an enum member for a strong int64."""
+    return (result == RESULTS.successful.value) | (result == RESULTS.event_occurred.value)
 
 
 def is_successful(result) -> bool:
     """The solve reached t1 (no event stopped it)."""
-    return result == RESULTS.successful
+    return result == RESULTS.successful.value
 
 
 def is_event(result) -> bool:
     """An event stopped the solve."""
-    return result == RESULTS.event_occurred
+    return result == RESULTS.event_occurred.value
 
 
 def failure_message(result: RESULTS) -> str:
@@ -113,3 +114,16 @@ class SolveError(eqx.EquinoxRuntimeError):
 
 
 SolveError.__module__ = "odesolve"  # how tracebacks name it
+
+
+class InvalidStepTimes(ValueError, RuntimeError):
+    """`StepTo(ts)` does not run from t0 to t1 (a `ValueError`, and the `RuntimeError`
+    Diffrax raises for it)."""
+
+
+class UnsupportedCombination(ValueError, NotImplementedError):
+    """Options that do not work together (a `ValueError`, and the `NotImplementedError`
+    Diffrax raises for them)."""
+
+
+InvalidStepTimes.__module__ = UnsupportedCombination.__module__ = "odesolve"

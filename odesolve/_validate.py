@@ -22,6 +22,7 @@ from ._event import BoundCondition, condition_kwargs
 from ._field_cache import checked_once
 from ._flat import widest_float
 from ._progress_meter import AbstractProgressMeter
+from ._results import InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._implicit import AbstractImplicitRungeKutta
 from ._solver._runge_kutta import AbstractRungeKutta
@@ -100,12 +101,12 @@ def _check_times(t0, t1, dt0, controller, event):
         ts = np.asarray(controller.ts) if _concrete(controller.ts[0]) is not None else None
         if ts is not None and c0 is not None and c1 is not None:
             if ts[0] != c0 or ts[-1] != c1:
-                raise ValueError(
+                raise InvalidStepTimes(
                     f"StepTo(ts) must start at t0={c0} and end at t1={c1}; got "
                     f"ts[0]={ts[0]}, ts[-1]={ts[-1]}."
                 )
             if np.any(np.diff(ts) * np.sign(c1 - c0) <= 0):
-                raise ValueError("StepTo(ts): ts must be strictly monotonic from t0 to t1.")
+                raise InvalidStepTimes("StepTo(ts): ts must be strictly monotonic from t0 to t1.")
     return c0, c1
 
 

@@ -99,3 +99,26 @@ def test_results_lookups():
     ok = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0)
     assert ode.is_okay(ok.result) and ode.is_successful(ok.result)
     assert not ode.is_event(ok.result)
+
+
+@pytest.mark.parametrize("controller, dt0", [(ode.ConstantStepSize(), 0.1), (PID, None)])
+def test_solves_under_disable_jit(controller, dt0):
+    # (conftest sets strict dtype promotion: an enum member read as a strong int64 there
+    # was a TypePromotionError against the int32 result code.)
+    with jax.disable_jit():
+        sol = ode.diffeqsolve(
+            DECAY, ode.Tsit5(), 0.0, 1.0, dt0, Y0, stepsize_controller=controller, max_steps=64
+        )
+    np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0) * Y0, rtol=1e-5)
+
+
+def test_errors_are_also_the_types_diffrax_raises():
+    with pytest.raises(RuntimeError, match=r"StepTo\(ts\) must start at t0=0.0"):
+        ode.diffeqsolve(
+            DECAY, ode.Tsit5(), 0.0, 1.0, None, Y0, stepsize_controller=ode.StepTo([0.1, 1.0])
+        )
+    with pytest.raises(NotImplementedError, match=r"BacksolveAdjoint supports SaveAt"):
+        ode.diffeqsolve(
+            DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0,
+            saveat=ode.SaveAt(steps=True), adjoint=ode.BacksolveAdjoint(),
+        )  # fmt: skip
