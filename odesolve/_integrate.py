@@ -467,7 +467,13 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
     )
     zero = jnp.zeros((), jnp.int32)
     has_ts = params.save_ts is not None
-    no_conditions = 0 if config.event is None else len(config.event.directions)
+    event_values = event_mask = None
+    if config.event is not None:
+        event_values = params.conditions(params.t_start, y0, args)
+        # A boolean condition already true at t0 stops the solve before its first step.
+        event_mask = tuple(v if v.dtype == jnp.bool_ else jnp.asarray(False) for v in event_values)
+        at_start = jnp.any(jnp.stack(event_mask)) & (result == RESULTS.successful.value)
+        result = jnp.where(at_start, RESULTS.event_occurred, result)
     return State(
         t=params.t_start,
         t_next=t_next,
@@ -486,8 +492,8 @@ def _initial_state(config, params, y0, dt0, initial_result, meter_last):
         steps_due=jnp.asarray(False) if config.save_every else None,
         steps_row=zero if config.save_every else None,
         meter_last=meter_last,
-        event_values=None if config.event is None else params.conditions(params.t_start, y0, args),
-        event_mask=None if config.event is None else (jnp.asarray(False),) * no_conditions,
+        event_values=event_values,
+        event_mask=event_mask,
     )
 
 
@@ -694,6 +700,8 @@ def diffeqsolve(
     ):
         if value is not None:
             raise ValueError(f"{name}=...: resuming a solve is not supported; pass None.")
+    if not jtu.tree_leaves(y0):
+        terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )
@@ -727,6 +735,32 @@ def diffeqsolve(
 
 
 _MOST_STEPS = 2**30
+
+
+def _nothing_to_solve_for(empty, event, saveat):
+    """y0 has no arrays (None, {}): as Diffrax, run the clock and return y0's structure
+    as the states. The field is not called; events and `SaveAt(fn=...)` see y0. Returns
+    (terms, y0, event, saveat) for a stand-in state of no elements."""
+
+    def with_empty_state(fn):
+        return lambda t, y, args, **kwargs: fn(t, empty, args, **kwargs)
+
+    if event is not None:
+        event = event.with_conditions([with_empty_state(c) for c in event.conditions])
+    if saveat.fn is save_y:
+        fn = _save_nothing if empty is None else (lambda t, y, args: empty)
+    else:
+        fn = with_empty_state(saveat.fn)
+    saveat = eqx.tree_at(lambda s: s.fn, saveat, fn)
+    return ODETerm(_no_change), jnp.zeros(0), event, saveat
+
+
+def _no_change(t, y, args):
+    return jnp.zeros_like(y)
+
+
+def _save_nothing(t, y, args):
+    return None
 
 
 @eqx.filter_jit

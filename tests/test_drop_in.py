@@ -122,3 +122,26 @@ def test_errors_are_also_the_types_diffrax_raises():
             DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0,
             saveat=ode.SaveAt(steps=True), adjoint=ode.BacksolveAdjoint(),
         )  # fmt: skip
+
+
+def test_a_boolean_event_true_at_t0_stops_before_the_first_step():
+    event = ode.Event(lambda t, y, args, **kwargs: y[0] < 2.0)
+    saveat = ode.SaveAt(t0=True, t1=True)
+    sol = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, saveat=saveat, event=event)
+    np.testing.assert_array_equal(sol.ts, [0.0, 0.0])
+    np.testing.assert_array_equal(sol.ys, np.stack([Y0, Y0]))
+    assert sol.result == ode.RESULTS.event_occurred and int(sol.stats["num_steps"]) == 0
+
+
+@pytest.mark.parametrize("y0", [None, {}, ()], ids=["None", "empty-dict", "empty-tuple"])
+def test_an_empty_state_returns_its_structure(y0):
+    saveat = ode.SaveAt(ts=jnp.array([0.5, 1.0]))
+    field = ode.ODETerm(lambda t, y, args: y)
+    sol = ode.diffeqsolve(field, ode.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=saveat)
+    assert sol.ys == y0 and sol.result == ode.RESULTS.successful
+    np.testing.assert_array_equal(sol.ts, [0.5, 1.0])
+    # SaveAt(fn=...) and events see the empty state.
+    saveat = ode.SaveAt(ts=jnp.array([0.5, 1.0]), fn=lambda t, y, args: t * 2)
+    event = ode.Event(lambda t, y, args, **kwargs: t > 0.55)
+    sol = ode.diffeqsolve(field, ode.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=saveat, event=event)
+    assert sol.ys[0] == 1.0 and sol.result == ode.RESULTS.event_occurred
