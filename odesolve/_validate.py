@@ -49,9 +49,7 @@ def _float_dtype(dtype) -> Any:
 
 
 def _normalise_y0(y0: Any) -> Any:
-    leaves, treedef = jtu.tree_flatten(y0)
-    if not leaves:
-        raise ValueError(f"y0={y0!r} has no arrays: pass an array or a PyTree of arrays.")
+    _, treedef = jtu.tree_flatten(y0)  # (a y0 without arrays is solved elsewhere)
     out = []
     for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
         where = "y0" + jtu.keystr(path)
@@ -73,15 +71,11 @@ def _check_times(t0, t1, dt0, controller, event):
     for name, value in (("t0", c0), ("t1", c1), ("dt0", cdt)):
         if value is None or np.isfinite(value):
             continue
-        if name == "t1" and not np.isnan(value) and event is not None and controller.needs_error:
+        if name == "t1" and not np.isnan(value) and event is not None:
             continue  # solve until the event fires (or max_steps)
         raise ValueError(
             f"{name}={value} is not finite: pass a finite time"
-            + (
-                " (t1=inf needs an event and an adaptive controller such as PIDController)."
-                if name == "t1"
-                else "."
-            )
+            + (" (t1=inf needs an event to end the solve)." if name == "t1" else ".")
         )
     if cdt is not None and c0 is not None and c1 is not None:
         if cdt == 0 or (c1 - c0) * cdt < 0:

@@ -145,3 +145,13 @@ def test_an_empty_state_returns_its_structure(y0):
     event = ode.Event(lambda t, y, args, **kwargs: t > 0.55)
     sol = ode.diffeqsolve(field, ode.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=saveat, event=event)
     assert sol.ys[0] == 1.0 and sol.result == ode.RESULTS.event_occurred
+
+
+@pytest.mark.parametrize("controller", [ode.ConstantStepSize(), PID], ids=["constant", "pid"])
+def test_an_event_ends_a_solve_to_infinity(controller):
+    event = ode.Event(lambda t, y, args, **kwargs: y[0] - 0.5)
+    sol = ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 0.0, jnp.inf, 0.1, Y0, event=event, stepsize_controller=controller
+    )
+    np.testing.assert_allclose(sol.ts, [np.log(2.0)], rtol=1e-6)
+    assert sol.result == ode.RESULTS.event_occurred

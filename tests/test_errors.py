@@ -104,11 +104,6 @@ def test_string_leaf_in_y0():
         solve(y0={"a": jnp.ones(2), "b": "oops"}, terms=ode.ODETerm(lambda t, y, a: y))
 
 
-def test_empty_y0():
-    with pytest.raises(ValueError, match=r"y0=\{\} has no arrays"):
-        solve(y0={})
-
-
 def test_complex_y0():
     with pytest.raises(TypeError, match=r"y0 is complex"):
         solve(y0=jnp.ones(2, jnp.complex128))

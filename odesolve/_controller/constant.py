@@ -18,11 +18,12 @@ class ConstantStepSize(AbstractStepSizeController):
     Step k ends at t0 + (t1 - t0) (k+1)/n rather than at a running sum of dt0, so rounding
     errors do not accumulate. Unlike Diffrax, which steps by dt0 and shortens the last
     step, a dt0 that does not divide the span gives n steps slightly shorter than dt0.
+    With t1 = inf (an event ends the solve) step k ends at t0 + (k+1) dt0.
     """
 
     def num_steps(self, t0, t1, dt0):
         t0, t1, dt0 = _concrete(t0), _concrete(t1), _concrete(dt0)
-        if None in (t0, t1, dt0) or dt0 == 0:
+        if None in (t0, t1, dt0) or dt0 == 0 or not math.isfinite(t1 - t0):
             return None
         # nextafter: a span that is a whole number of dt0 up to rounding is not given an
         # extra sliver of a step.
@@ -38,19 +39,22 @@ class ConstantStepSize(AbstractStepSizeController):
         dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
         # The step count is an integer: no derivative flows through it.
         span, step = lax.stop_gradient(t1 - t0), lax.stop_gradient(dt0)
-        n = jnp.maximum(jnp.ceil(span / jnp.nextafter(step, jnp.inf)), 1)
-        state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1)
+        finite = jnp.isfinite(span)
+        n = jnp.maximum(jnp.ceil(jnp.where(finite, span, 0) / jnp.nextafter(step, jnp.inf)), 1)
+        state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1, dt0)
         return self._end_of(1, state), state
 
     @staticmethod
     def _end_of(k, state):
-        _, n, t0, t1 = state
-        end = t0 + (t1 - t0) * (jnp.asarray(k, t0.dtype) / n.astype(t0.dtype))
-        return jnp.where(k >= n, t1, end)
+        _, n, t0, t1, dt0 = state
+        k_ = jnp.asarray(k, t0.dtype)
+        end = t0 + (t1 - t0) * (k_ / n.astype(t0.dtype))
+        unbounded = t0 + k_ * dt0  # t1 = inf
+        return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
-        k, n, start, end = state
-        state = (k + 1, n, start, end)
+        k, n, start, end, dt0 = state
+        state = (k + 1, n, start, end, dt0)
         return Proposal(True, self._end_of(k + 2, state), state, RESULTS.successful)
 
 
