@@ -26,6 +26,9 @@ from ._controller import (
     AbstractStepSizeController as AbstractStepSizeController,
 )
 from ._controller import (
+    ClipStepSizeController as ClipStepSizeController,
+)
+from ._controller import (
     ConstantStepSize as ConstantStepSize,
 )
 from ._controller import (

@@ -11,6 +11,7 @@ import jax.tree_util as jtu
 
 from adjoints import ContinuousProblem, ForwardMode
 
+from ._controller.clip import ClipStepSizeController
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._results import UnsupportedCombination
@@ -43,6 +44,8 @@ def _seminorm(z):
 
 def _backward_controller(adjoint, controller, seminorm):
     controller = adjoint.stepsize_controller or controller
+    if isinstance(controller, ClipStepSizeController):
+        controller = controller.controller
     if isinstance(controller, PIDController):
         # Save/jump times are in the forward solve's time; the backward solve does not
         # need them to land anywhere.

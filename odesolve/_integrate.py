@@ -312,7 +312,7 @@ def _check_event(config, params, state, accept, t_new, y_new):
 
 def _jumped(params, accept, t1):
     """Whether this accepted step stopped at a jump (None: no jump times)."""
-    stops = params.controller.jump_stops() if params.controller.jump_ts is not None else None
+    stops = params.controller.jump_stops() if params.controller.has_jumps else None
     if stops is None:
         return None
     return accept & jnp.any(stops == t1)
@@ -944,7 +944,7 @@ def _make_config(
         meter=meter,
         meter_key=meter_key,
         needs_error=controller.needs_error,
-        jumps=controller.jump_ts is not None,
+        jumps=controller.has_jumps,
         event=None if event is None else event.record,
         static_times=static_times,
     )

@@ -155,3 +155,43 @@ def test_an_event_ends_a_solve_to_infinity(controller):
     )
     np.testing.assert_allclose(sol.ts, [np.log(2.0)], rtol=1e-6)
     assert sol.result == ode.RESULTS.event_occurred
+
+
+# ---------------------------------------------------------------- ClipStepSizeController
+
+
+def _switched_integral(t, controller_of):
+    field = lambda s, y, args: (-y[0] + jnp.where(s < t, 0.0, 1.0), y[0])
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field), ode.Tsit5(), 0.0, 1.0, None, (1.0, 0.0),
+        stepsize_controller=controller_of(jnp.asarray(t)[None]), max_steps=2048,
+    )  # fmt: skip
+    return sol.ys[1][-1]
+
+
+@pytest.mark.parametrize("times", ["jump_ts", "step_ts"])
+def test_clip_controller_matches_the_pid_controllers_own_times(times):
+    pid = lambda ts: ode.PIDController(rtol=1e-8, atol=1e-8, **{times: ts})
+    clip = lambda ts: ode.ClipStepSizeController(
+        ode.PIDController(rtol=1e-8, atol=1e-8), **{times: ts}
+    )
+    for controller_of in (pid, clip):
+        value = _switched_integral(0.5, controller_of)
+        derivative = jax.grad(_switched_integral)(0.5, controller_of)
+        np.testing.assert_allclose(derivative, -(1 - np.exp(-0.5)), rtol=1e-5)
+    np.testing.assert_array_equal(value, _switched_integral(0.5, pid))
+
+
+def test_clip_controller_around_constant_steps_keeps_the_grid():
+    controller = ode.ClipStepSizeController(ode.ConstantStepSize(), step_ts=jnp.array([0.25]))
+    sol = ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0,
+        stepsize_controller=controller, saveat=ode.SaveAt(steps=True),
+    )  # fmt: skip
+    ts = np.asarray(sol.ts)[np.isfinite(sol.ts)]
+    np.testing.assert_allclose(ts, [0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+
+
+def test_clip_controller_refuses_a_non_controller():
+    with pytest.raises(TypeError, match=r"pass a step-size controller"):
+        ode.ClipStepSizeController(ode.Tsit5(), step_ts=jnp.array([0.5]))

@@ -7,6 +7,7 @@ increases; `wrap(direction)` maps a controller's own time arrays into it.
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from adjoints import trace_time_value
@@ -54,6 +55,11 @@ class AbstractStepSizeController(eqx.Module):
     def jump_ts(self) -> Any:
         return None
 
+    @property
+    def has_jumps(self) -> bool:
+        """Whether steps stop at jump times (static)."""
+        return self.jump_ts is not None
+
     def jump_stops(self) -> Any:
         """Where steps stop before each jump time (None: no jumps)."""
         return None
@@ -85,3 +91,24 @@ def signed_times(ts: Any, direction: Any) -> Any:
     dtype, that of `direction`: integer times (`step_ts=[3, 4]`) and a list of Python
     floats beside float32 times then work under strict dtype promotion."""
     return jnp.asarray(ts).astype(jnp.result_type(direction)) * direction
+
+
+def stops_before(jump_ts: Any) -> Any:
+    """Where steps stop before each jump time: the float just below it, moving with the
+    jump time (`nextafter` has no derivative; the one-ulp shift is added to the time
+    itself, so a step that ends at a jump has the derivative of its length)."""
+    if jump_ts is None:
+        return None
+    fixed = jax.lax.stop_gradient(jump_ts)
+    return jump_ts + (jnp.nextafter(fixed, -jnp.inf) - fixed)
+
+
+def clip_to_times(start: Any, end: Any, step_ts: Any, jump_stops: Any) -> Any:
+    """Cap a step from `start` at the first step time after it, and at the first stop
+    before a jump after it (a step must not straddle a discontinuity, nor end on it: the
+    vector field's value exactly there belongs to the other side)."""
+    for ts in (step_ts, jump_stops):
+        if ts is not None:
+            after = jnp.where(ts > start, ts, jnp.inf)
+            end = jnp.minimum(end, jnp.min(after))
+    return end

@@ -53,9 +53,12 @@ class ConstantStepSize(AbstractStepSizeController):
         return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+        # A step cut short of its grid point (by `ClipStepSizeController`) is followed by
+        # one to that grid point: the grid stays where it was.
         k, n, start, end, dt0 = state
-        state = (k + 1, n, start, end, dt0)
-        return Proposal(True, self._end_of(k + 2, state), state, RESULTS.successful)
+        k = jnp.where(t1 < self._end_of(k + 1, state), k, k + 1)
+        state = (k, n, start, end, dt0)
+        return Proposal(True, self._end_of(k + 1, state), state, RESULTS.successful)
 
 
 class StepTo(AbstractStepSizeController):

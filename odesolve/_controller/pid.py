@@ -19,7 +19,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._results import RESULTS
-from ._base import AbstractStepSizeController, Proposal, concrete_float, signed_times
+from ._base import (
+    AbstractStepSizeController,
+    Proposal,
+    clip_to_times,
+    concrete_float,
+    signed_times,
+    stops_before,
+)
 
 
 def rms_norm(x: Any) -> Any:
@@ -173,23 +180,10 @@ class PIDController(AbstractStepSizeController):
         return lax.stop_gradient(jnp.minimum(100 * h0, h1))
 
     def _clip_to_ts(self, start, end):
-        """Cap the step at the first step time after `start`, and just before the first
-        jump time after it (a step must not straddle a discontinuity, nor end on it: the
-        vector field's value exactly there belongs to the other side)."""
-        for ts in (self.step_ts, self.jump_stops()):
-            if ts is not None:
-                after = jnp.where(ts > start, ts, jnp.inf)
-                end = jnp.minimum(end, jnp.min(after))
-        return end
+        return clip_to_times(start, end, self.step_ts, self.jump_stops())
 
     def jump_stops(self):
-        """Where steps stop before each jump: the float just below it, moving with the
-        jump time (`nextafter` has no derivative; the one-ulp shift is added to the time
-        itself, so a step that ends at a jump has the derivative of its length)."""
-        if self.jump_ts is None:
-            return None
-        fixed = lax.stop_gradient(self.jump_ts)
-        return self.jump_ts + (jnp.nextafter(fixed, -jnp.inf) - fixed)
+        return stops_before(self.jump_ts)
 
     def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
         inv_prev, inv_prevprev, at_dtmin = state

@@ -1,0 +1,77 @@
+"""`ClipStepSizeController`: any controller's steps clipped to given times (Diffrax 0.7)."""
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from ._base import AbstractStepSizeController, Proposal, clip_to_times, signed_times, stops_before
+
+
+class ClipStepSizeController(AbstractStepSizeController):
+    """Wrap `controller` so that steps land on each of `step_ts`, and stop just before
+    each of `jump_ts` (times where the vector field is discontinuous; the step after one
+    starts just past it, with the field evaluated there again). As Diffrax's wrapper of
+    the same name; `PIDController(step_ts=..., jump_ts=...)` is the same for a PID.
+    """
+
+    controller: AbstractStepSizeController
+    step_ts: Any = None
+    jump_ts: Any = None
+
+    def __check_init__(self):
+        if not isinstance(self.controller, AbstractStepSizeController):
+            raise TypeError(
+                f"ClipStepSizeController(controller={self.controller!r}): pass a step-size "
+                "controller, e.g. PIDController(rtol=1e-6, atol=1e-6)."
+            )
+        for name in ("step_ts", "jump_ts"):
+            ts = getattr(self, name)
+            if ts is not None and len(jnp.shape(ts)) != 1:
+                raise ValueError(
+                    f"ClipStepSizeController({name}=...): pass a 1-D array of times, got "
+                    f"shape {jnp.shape(ts)}."
+                )
+
+    def wrap(self, direction):
+        def flip(ts):
+            return None if ts is None else jnp.sort(signed_times(ts, direction))
+
+        return ClipStepSizeController(
+            self.controller.wrap(direction), flip(self.step_ts), flip(self.jump_ts)
+        )
+
+    @property
+    def needs_error(self) -> bool:
+        return self.controller.needs_error
+
+    def tolerances(self):
+        return self.controller.tolerances()
+
+    def num_steps(self, t0, t1, dt0):
+        if self.step_ts is not None or self.jump_ts is not None:
+            return None  # clipping adds steps
+        return self.controller.num_steps(t0, t1, dt0)
+
+    @property
+    def has_jumps(self) -> bool:
+        return self.jump_ts is not None or self.controller.has_jumps
+
+    def jump_stops(self):
+        own = stops_before(self.jump_ts)
+        inner = self.controller.jump_stops()
+        if own is None or inner is None:
+            return inner if own is None else own
+        return jnp.concatenate([own, inner.astype(own.dtype)])
+
+    def times_are_valid(self, t_start, t_end):
+        return self.controller.times_are_valid(t_start, t_end)
+
+    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+        end, state = self.controller.init(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
+        return clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts)), state
+
+    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+        inner = self.controller.adapt(t0, t1, y0, y1, y_error, state, error_order, spec)
+        start = jnp.where(inner.accept, t1, t0)
+        end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))
+        return Proposal(inner.accept, end, inner.state, inner.result)
