@@ -194,7 +194,7 @@ def test_reverse_mode_memory_follows_the_steps_not_max_steps():
     assert temp_bytes(10**9) <= temp_bytes(10**6) < 16 * 2**20
 
 
-@pytest.mark.parametrize("schedule", ["online", "segments"])
+@pytest.mark.parametrize("schedule", ["online", pytest.param("segments", marks=pytest.mark.matrix)])
 def test_a_solve_longer_than_the_decision_record_differentiates_exactly(monkeypatch, schedule):
     # Step-size decisions are kept for the first DECISION_ROWS ticks; later ones are made
     # again when recomputed. Shrunk to 4 here so that a 30-step solve goes past it.
