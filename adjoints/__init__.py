@@ -48,3 +48,4 @@ from ._loop import (
 from ._loop import (
     run_plain as run_plain,
 )
+from ._packing import cast as cast

@@ -13,6 +13,14 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 
+def cast(x: Any, dtype: Any) -> Any:
+    """`x.astype(dtype)`, taking the real part explicitly where a complex value goes to a
+    real dtype (a real leaf stored beside complex ones; an implicit cast is deprecated)."""
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        x = jnp.real(x)
+    return x.astype(dtype)
+
+
 def is_float(x: Any) -> bool:
     """A floating-point array: the leaves that are differentiated and stored as floats."""
     return eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
@@ -60,7 +68,7 @@ class Packing(eqx.Module):
         for shape, dtype in zip(self.shapes, self.dtypes):
             size = math.prod(shape)
             if self._is_float(dtype):
-                leaves.append(floats[fi : fi + size].reshape(shape).astype(dtype))
+                leaves.append(cast(floats[fi : fi + size].reshape(shape), dtype))
                 fi += size
             else:
                 leaves.append(ints[ii : ii + size].reshape(shape).astype(dtype))

@@ -39,7 +39,8 @@ def _is_none(x):
 def _seminorm(z):
     """RMS over the state and its adjoint, ignoring the parameter-gradient channels."""
     y, a, _ = z
-    return jnp.sqrt((jnp.sum(y**2) + jnp.sum(a**2)) / (y.size + a.size))
+    squares = jnp.sum(jnp.square(jnp.abs(y))) + jnp.sum(jnp.square(jnp.abs(a)))  # complex too
+    return jnp.sqrt(squares / (y.size + a.size))
 
 
 def _backward_controller(adjoint, controller, seminorm):

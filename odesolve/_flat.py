@@ -13,6 +13,8 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float
 
+from adjoints import cast
+
 
 class FlatSpec(eqx.Module):
     """Static description of a PyTree of float arrays: treedef, shapes, dtypes."""
@@ -33,12 +35,12 @@ class FlatSpec(eqx.Module):
 
     def unravel(self, flat: Float[Array, " n"]) -> Any:
         if len(self.shapes) == 1:
-            leaves = [flat.reshape(self.shapes[0]).astype(self.dtypes[0])]
+            leaves = [cast(flat.reshape(self.shapes[0]), self.dtypes[0])]
         else:
             sizes = [int(np.prod(s)) for s in self.shapes]
             parts = jnp.split(flat, np.cumsum(sizes)[:-1])
             leaves = [
-                p.reshape(s).astype(d)
+                cast(p.reshape(s), d)
                 for p, s, d in zip(parts, self.shapes, self.dtypes, strict=True)
             ]
         return jtu.tree_unflatten(self.treedef, leaves)
@@ -49,7 +51,7 @@ class FlatSpec(eqx.Module):
         sizes = [int(np.prod(s)) for s in self.shapes]
         parts = jnp.split(flat, np.cumsum(sizes)[:-1], axis=1) if len(sizes) > 1 else [flat]
         leaves = [
-            p.reshape((m, *s)).astype(d)
+            cast(p.reshape((m, *s)), d)
             for p, s, d in zip(parts, self.shapes, self.dtypes, strict=True)
         ]
         return jtu.tree_unflatten(self.treedef, leaves)
@@ -80,3 +82,24 @@ def flat_spec(tree: Any, dtype: Any) -> FlatSpec:
         dtypes=tuple(jnp.result_type(x) for x in leaves),
         dtype=dtype,
     )
+
+
+def real_dtype(dtype: Any) -> Any:
+    """The real dtype of the same precision (complex128 -> float64)."""
+    return jnp.finfo(dtype).dtype
+
+
+def state_dtype(leaves: list) -> Any:
+    """The flat state's dtype: the widest real precision among the leaves (at least
+    float32: a float16 state's error norm and stages would lose most of their digits),
+    complex when any leaf is complex."""
+    real = widest_float(*[real_dtype(jnp.result_type(x)) for x in leaves], jnp.float32)
+    if any(jnp.iscomplexobj(x) for x in leaves):
+        return complex_dtype(real)
+    return real
+
+
+def complex_dtype(real: Any) -> Any:
+    """The complex dtype whose parts have the precision of `real` (float64 -> complex128);
+    named, since strict dtype promotion refuses to derive it."""
+    return jnp.dtype(f"complex{2 * max(jnp.finfo(real).bits, 32)}")

@@ -44,7 +44,7 @@ from ._event import (
     fired,
     first_to_fire,
 )
-from ._flat import FlatSpec, flat_spec, widest_float
+from ._flat import FlatSpec, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS, SolveError, failure_message, is_okay
 from ._saveat import SaveAt, save_y
@@ -406,11 +406,13 @@ def _keep_going(config: _Config, params: _Params, state: State):
 # ---------------------------------------------------------------------- setting up
 
 
-def _row_buffers(config, n_rows, dtype, n):
-    s = len(config.interp_stages)
+def _row_buffers(config, n_rows, time_dtype, n):
+    """Dense-output rows: the step's times, and its start state and stages (in the
+    state's dtype, which may be complex)."""
+    s, dtype = len(config.interp_stages), config.spec.dtype
     return (
-        jnp.full((n_rows,), jnp.inf, dtype),
-        jnp.full((n_rows,), jnp.inf, dtype),
+        jnp.full((n_rows,), jnp.inf, time_dtype),
+        jnp.full((n_rows,), jnp.inf, time_dtype),
         jnp.zeros((n_rows, n), dtype),
         jnp.zeros((n_rows, s, n), dtype),
     )
@@ -790,7 +792,7 @@ def _solve(
         direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
     # The solver works in at least float32 (a float16 state's error norm and stages would
     # lose most of their digits); the field still sees each leaf in its own dtype.
-    spec = flat_spec(y0, widest_float(*jtu.tree_leaves(y0), jnp.float32))
+    spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
     y0_flat = spec.ravel(y0)
     tau0, tau1 = direction * t0, direction * t1
     field = _FlatField(terms, spec, direction)
@@ -923,7 +925,7 @@ def _make_config(
     if every:
         out = jax.eval_shape(saveat.fn, t0, y0, args)
         leaves = jtu.tree_leaves(out)
-        steps_spec = flat_spec(out, widest_float(*leaves))
+        steps_spec = flat_spec(out, state_dtype(leaves))
     if controller.needs_error and not getattr(solver, "adaptive", True):
         raise ValueError(
             f"{type(solver).__name__} has no error estimate, so it cannot be used with "

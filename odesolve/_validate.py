@@ -20,7 +20,7 @@ from ._controller._base import concrete_float as _concrete
 from ._controller.constant import StepTo
 from ._event import BoundCondition, condition_kwargs
 from ._field_cache import checked_once
-from ._flat import widest_float
+from ._flat import complex_dtype, real_dtype, widest_float
 from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidStepTimes
 from ._saveat import SaveAt
@@ -41,11 +41,17 @@ class Inputs(eqx.Module):
 
 
 def _float_dtype(dtype) -> Any:
-    if jnp.issubdtype(dtype, jnp.floating):
+    if jnp.issubdtype(dtype, jnp.inexact):  # real or complex
         return dtype
     if jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_):
         return jnp.result_type(float)  # float64 with jax_enable_x64, else float32
     raise TypeError(f"dtype {dtype} is not real")
+
+
+def _promoted(dtype: Any, time_dtype: Any) -> Any:
+    """A state dtype at least as precise as the time arrays' (complex stays complex)."""
+    real = widest_float(real_dtype(dtype), time_dtype)
+    return complex_dtype(real) if jnp.issubdtype(dtype, jnp.complexfloating) else real
 
 
 def _normalise_y0(y0: Any) -> Any:
@@ -60,8 +66,6 @@ def _normalise_y0(y0: Any) -> Any:
                 "jnp.asarray(...)."
             )
         leaf = jnp.asarray(leaf)
-        if jnp.iscomplexobj(leaf):
-            raise TypeError(f"{where} is complex ({leaf.dtype}); only real states are supported.")
         out.append(leaf.astype(_float_dtype(leaf.dtype)))
     return jtu.tree_unflatten(treedef, out)
 
@@ -169,7 +173,11 @@ def _converted_vector_field(terms, t0, y0, args):
     out, expected = converted.out_struct, jax.eval_shape(lambda: y0)
     got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
     shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
-    complex_leaves = [x.dtype for x in jtu.tree_leaves(out) if jnp.iscomplexobj(x)]
+    complex_leaves = [
+        x.dtype
+        for x, y in zip(jtu.tree_leaves(out), jtu.tree_leaves(expected))
+        if jnp.iscomplexobj(x) and not jnp.iscomplexobj(y)
+    ]
     if complex_leaves:
         raise TypeError(
             f"the vector field returned a complex value ({complex_leaves[0]}) for a real "
@@ -286,7 +294,9 @@ def normalise_inputs(
     times = [x for x in (t0, t1, dt0) if x is not None]
     # Never narrower than float32: a float16 state keeps its precision, but times in
     # float16 could not resolve a step of a span much longer than a few thousand steps.
-    time_dtype = widest_float(*times, *jtu.tree_leaves(y0), jnp.float32)
+    # Time is real: a complex state's precision counts, not its type.
+    real_leaves = [real_dtype(leaf.dtype) for leaf in jtu.tree_leaves(y0)]
+    time_dtype = widest_float(*times, *real_leaves, jnp.float32)
     _check_resolution(c0, c1, cdt, time_dtype)
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.
@@ -294,7 +304,7 @@ def normalise_inputs(
     arrays = [x for x in times if not isinstance(x, (bool, int, float)) and floating(x)]
     if arrays:
         widest = widest_float(*arrays)
-        y0 = jtu.tree_map(lambda y: y.astype(widest_float(y, widest)), y0)
+        y0 = jtu.tree_map(lambda y: y.astype(_promoted(y.dtype, widest)), y0)
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
     terms = checked_once(_converted_vector_field, terms, t0, y0, args)

@@ -104,11 +104,6 @@ def test_string_leaf_in_y0():
         solve(y0={"a": jnp.ones(2), "b": "oops"}, terms=ode.ODETerm(lambda t, y, a: y))
 
 
-def test_complex_y0():
-    with pytest.raises(TypeError, match=r"y0 is complex"):
-        solve(y0=jnp.ones(2, jnp.complex128))
-
-
 @pytest.mark.parametrize("max_steps", [0, -3, 2.5])
 def test_max_steps_not_a_positive_int(max_steps):
     with pytest.raises(ValueError, match=rf"max_steps={max_steps}"):

@@ -35,7 +35,7 @@ def rms_norm(x: Any) -> Any:
     size = sum(leaf.size for leaf in leaves)
     if size == 0:  # an empty state has no error: every step is accepted
         return jnp.zeros(())
-    total = sum(jnp.sum(jnp.square(leaf)) for leaf in leaves)
+    total = sum(jnp.sum(jnp.square(jnp.abs(leaf))) for leaf in leaves)  # complex too
     return jnp.sqrt(total / size)
 
 

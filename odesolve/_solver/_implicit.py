@@ -349,4 +349,37 @@ class AbstractImplicitRungeKutta(eqx.Module):
     def step(
         self, vf, t0, h, y0, k0, args, with_error: bool, context: StepContext | None = None
     ) -> StepResult:
-        return implicit_step(self.tableau, self, vf, t0, h, y0, k0, args, with_error, context)
+        if not jnp.iscomplexobj(y0):
+            return implicit_step(self.tableau, self, vf, t0, h, y0, k0, args, with_error, context)
+        # A complex state is stepped as its real and imaginary parts: the Newton iterations
+        # and their Jacobian are then right for any field, holomorphic or not.
+        if self.jacobian is not None:
+            raise ValueError(
+                "jacobian=...: a user-supplied Jacobian needs a real state; for a complex "
+                "one leave jacobian=None (df/dy is then taken of the real and imaginary parts)."
+            )
+        step = implicit_step(
+            self.tableau, self, _RealView(vf), t0, h, _as_real(y0), _as_real(k0), args,
+            with_error, context,
+        )  # fmt: skip
+        error = None if step.y_error is None else _as_complex(step.y_error)
+        return StepResult(_as_complex(step.y1), error, tuple(map(_as_complex, step.stages)))
+
+
+def _as_real(z: Array) -> Array:
+    return jnp.concatenate([jnp.real(z), jnp.imag(z)])
+
+
+def _as_complex(x: Array) -> Array:
+    n = x.shape[0] // 2
+    return lax.complex(x[:n], x[n:])
+
+
+class _RealView(eqx.Module):
+    """A field on complex vectors seen as one on their real and imaginary parts. A Module,
+    so that the arrays of the field it wraps stay leaves (see `solve_stage`)."""
+
+    vf: Callable
+
+    def __call__(self, t, x, args):
+        return _as_real(self.vf(t, _as_complex(x), args))
