@@ -195,3 +195,22 @@ def test_clip_controller_around_constant_steps_keeps_the_grid():
 def test_clip_controller_refuses_a_non_controller():
     with pytest.raises(TypeError, match=r"pass a step-size controller"):
         ode.ClipStepSizeController(ode.Tsit5(), step_ts=jnp.array([0.5]))
+
+
+# ---------------------------------------------------------------- steady_state_event
+
+
+def test_steady_state_event_runs_to_the_steady_state():
+    relax = ode.ODETerm(lambda t, y, args: args - y)  # y -> args
+    target = jnp.array([2.0, 3.0])
+    event = ode.Event(ode.steady_state_event())
+    pid = ode.PIDController(rtol=1e-6, atol=1e-6)
+    sol = ode.diffeqsolve(relax, ode.Tsit5(), 0.0, jnp.inf, None, Y0, target, event=event,
+                          stepsize_controller=pid)  # fmt: skip
+    assert sol.result == ode.RESULTS.event_occurred
+    # Stopped once |dy/dt| = |target - y| < atol + rtol |y|.
+    assert np.sqrt(np.mean((target - sol.ys[-1]) ** 2)) < 1e-6 + 1e-6 * np.sqrt(
+        np.mean(sol.ys[-1] ** 2)
+    )
+    with pytest.raises(ValueError, match=r"ConstantStepSize has none: pass rtol and atol"):
+        ode.diffeqsolve(relax, ode.Tsit5(), 0.0, jnp.inf, 0.1, Y0, target, event=event)
