@@ -264,6 +264,9 @@ def _step(config: _Config, params: _Params, state: State) -> State:
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
     underflow = (next_end <= t_new) & (t_new < params.t_end)
     result = jnp.where(underflow, RESULTS.step_size_underflow, proposal.result)
+    if step.failed is not None and not config.needs_error:
+        # Fixed steps cannot reject a step whose Newton iterations failed: say so.
+        result = jnp.where(step.failed, RESULTS.nonlinear_divergence, result)
     accepted = accept.astype(jnp.int32)
     num_accepted = state.num_accepted + accepted
     steps_due = None

@@ -31,6 +31,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     event_occurred = 8
     nonfinite_times = 9
     invalid_step_times = 10
+    nonlinear_divergence = 11
 
     @property
     def message(self) -> str:
@@ -73,6 +74,11 @@ _MESSAGES = {
     RESULTS.invalid_step_times: (
         "`StepTo(ts)` must be strictly monotonic from t0 to t1: ts[0] == t0, ts[-1] == t1, "
         "no repeated or NaN times."
+    ),
+    RESULTS.nonlinear_divergence: (
+        "An implicit solver's Newton iterations did not converge on a fixed step. Pass a "
+        "smaller dt0, use PIDController (a failed step is then rejected and shrunk), or "
+        "raise the solver's max_iterations or max_refreshes."
     ),
     RESULTS.nonfinite_times: (
         "t0 or t1 is NaN or inf. t1 may be inf only when an Event ends the solve."

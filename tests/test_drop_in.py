@@ -214,3 +214,12 @@ def test_steady_state_event_runs_to_the_steady_state():
     )
     with pytest.raises(ValueError, match=r"ConstantStepSize has none: pass rtol and atol"):
         ode.diffeqsolve(relax, ode.Tsit5(), 0.0, jnp.inf, 0.1, Y0, target, event=event)
+
+
+def test_a_failed_newton_iteration_on_a_fixed_step_is_nonlinear_divergence():
+    field = ode.ODETerm(lambda t, y, args: -100 * y**3)
+    solver = ode.ImplicitEuler(max_iterations=1, max_refreshes=0)
+    sol = ode.diffeqsolve(field, solver, 0.0, 1.0, 0.5, jnp.array([10.0]), throw=False)
+    assert sol.result == ode.RESULTS.nonlinear_divergence
+    with pytest.raises(ode.SolveError, match=r"nonlinear_divergence.*Newton iterations"):
+        ode.diffeqsolve(field, solver, 0.0, 1.0, 0.5, jnp.array([10.0]))

@@ -279,9 +279,9 @@ def test_rejected_steps_never_reach_the_state():
     assert np.max(relative_errors(y1, robertson_reference(1.0))) < 1e-4
 
 
-def test_failed_fixed_step_reports_non_finite_state():
-    """Without error control a failed step cannot be retried: y1 is NaN and the solve says
-    so (rather than silently continuing from an unconverged stage)."""
+def test_failed_fixed_step_reports_nonlinear_divergence():
+    """Without error control a failed step cannot be retried: the solve stops and says
+    why (rather than silently continuing from an unconverged stage)."""
     sol = ode.diffeqsolve(
         ode.ODETerm(robertson),
         ode.Kvaerno5(max_iterations=1, max_refreshes=0),
@@ -292,7 +292,7 @@ def test_failed_fixed_step_reports_non_finite_state():
         jnp.array(RATES),
         throw=False,
     )
-    assert sol.result == ode.RESULTS.nonfinite_state
+    assert sol.result == ode.RESULTS.nonlinear_divergence
 
 
 @pytest.mark.parametrize("entry", IMPLICIT_SOLVERS, ids=solver_id)

@@ -248,7 +248,7 @@ def implicit_step(
         y_error = jnp.where(failed, jnp.inf, error)
     else:
         y1 = jnp.where(failed, jnp.nan, y1)
-    return StepResult(y1=y1, y_error=y_error, stages=tuple(ks))
+    return StepResult(y1=y1, y_error=y_error, stages=tuple(ks), failed=failed)
 
 
 def _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobian):
@@ -363,7 +363,8 @@ class AbstractImplicitRungeKutta(eqx.Module):
             with_error, context,
         )  # fmt: skip
         error = None if step.y_error is None else _as_complex(step.y_error)
-        return StepResult(_as_complex(step.y1), error, tuple(map(_as_complex, step.stages)))
+        stages = tuple(map(_as_complex, step.stages))
+        return StepResult(_as_complex(step.y1), error, stages, step.failed)
 
 
 def _as_real(z: Array) -> Array:

@@ -37,11 +37,13 @@ class StepResult(eqx.Module):
     - `y_error`: (n,) local error estimate, or None (no embedded method / not needed).
     - `stages`: tuple of s arrays (n,), the derivatives k_i; the last is f(t1, y1) for
       FSAL methods.
+    - `failed`: whether an implicit stage's Newton iterations failed (None: explicit).
     """
 
     y1: Float[Array, " n"]
     y_error: Float[Array, " n"] | None
     stages: tuple
+    failed: Any = None
 
 
 def _combine(base, h, coeffs, ks):
