@@ -5,6 +5,7 @@ import io
 import pathlib
 import re
 
+import jax
 import pytest
 
 README = pathlib.Path(__file__).parent.parent / "README.md"
@@ -17,10 +18,11 @@ def test_readme_snippet_runs_and_prints_what_it_says(index):
     if "from flax import nnx" in code:
         pytest.importorskip("flax.nnx")
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    # As users run them: JAX's default dtype promotion (the suite sets strict).
+    with contextlib.redirect_stdout(printed), jax.numpy_dtype_promotion("standard"):
         exec(compile(code, f"README.md snippet {index}", "exec"), {})
     # `print(x)  # value`: the comment shows what the line prints.
-    promised = [c.strip() for c in re.findall(r"^print\(.*\)\s+#(.*)$", code, flags=re.M)]
+    promised = [c.strip() for c in re.findall(r"^print\(.*\)[ \t]+#(.*)$", code, flags=re.M)]
     lines = [line.strip() for line in printed.getvalue().splitlines()]
     for words in promised:
         assert " ".join(words.split()) in [" ".join(line.split()) for line in lines], (
