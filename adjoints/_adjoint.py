@@ -53,10 +53,10 @@ SCHEDULES = ("tape", "segments", "online", "revolve", "nested")
 # far larger than the states it actually holds is slow, not just big.
 DEFAULT_MEMORY_BUDGET = 4 * 2**20
 # The default budget's least share per sample of a `vmap` batch (the share of 256
-# samples): beyond, the default grows with the batch. Kept at 4 MiB, 1024 samples of
-# W3's neural ODE had 4 KiB each, too little for segments: 17 online slots for 24 ticks,
-# thinned and recomputed, took 4.2x Diffrax's time, while those slots were a tenth of
-# the gradient's XLA temp memory (4 of 41 MB; the step-size record alone is 17 MB).
+# samples): beyond, the default grows with the batch. A fixed 4 MiB left a large batch
+# of neural ODEs a few KiB each, too little for taped segments: thinned online slots,
+# recomputed, cost several times the tape's time while holding a tenth of the
+# gradient's memory.
 MIN_DEFAULT_BUDGET_PER_SOLVE = 16 * 2**10
 
 

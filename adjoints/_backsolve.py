@@ -56,10 +56,6 @@ class ContinuousProblem(eqx.Module):
     integrate: Callable = eqx.field(static=True)
 
 
-def _zeros_like_float(tree):
-    return jtu.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree)
-
-
 @eqx.filter_custom_vjp
 def _backsolve_loop(params_and_init, buffers, *, loop, problem, seminorm):
     params, init = params_and_init

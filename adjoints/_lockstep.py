@@ -49,8 +49,8 @@ def lockstep_while(
     # Batched from the start, as the loop makes them anyway. JAX's while-loop batching
     # rule batches the body again until the set of batched carry leaves stops growing:
     # a leaf that starts unbatched and the body batches (a counter starting at 0) costs
-    # one more pass over the body, and over every loop nested in it. Measured on W3's
-    # gradient: tracing 2.62 -> 2.25 s (median of 6).
+    # one more pass over the body, and over every loop nested in it (a sixth of the
+    # tracing time of a neural ODE's gradient).
     start = cond(small, large)
     small = jtu.tree_map(lambda x: jnp.where(start, x, x) if eqx.is_array(x) else x, small)
 
@@ -86,5 +86,5 @@ def where_any(active, fn: Callable, old: Any) -> Any:
     `fn()`'s leaves. Outside, it would be one kernel per leaf, all independent: XLA:CPU's
     executor then runs the loop body concurrently, hands half of them to a sleeping pool
     thread and waits about 0.1 ms for it, and, off the caller's thread, the field's
-    matrix products lose their second core. (W6's forward: 6.0 -> 4.8 ms.)"""
+    matrix products lose their second core."""
     return if_any(active, lambda: tree_where(active, fn(), old), lambda: old)
