@@ -680,8 +680,8 @@ def diffeqsolve(
       `StepTo(ts)` or `PIDController(rtol, atol)`.
     - `adjoint`: how gradients are computed (`RecursiveCheckpointAdjoint()` by default).
     - `max_steps`: bound on the number of steps (accepted and rejected).
-    - `throw`: raise on failure (`SolveError`, or Equinox's `EquinoxRuntimeError` inside
-      `jit`, carrying the message); with False, check `sol.result`.
+    - `throw`: raise on failure (`SolveError`; inside `jit`, JAX's `JaxRuntimeError`
+      carrying its message); with False, check `sol.result`.
     """
     check_kinds(
         solver=solver,

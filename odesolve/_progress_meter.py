@@ -63,7 +63,6 @@ class AbstractProgressMeter(eqx.Module):
         progress = lax.stop_gradient(progress.astype(jnp.float32))
         progress = -eqxi.unvmap_max(-progress)
         last = -eqxi.unvmap_max(-lax.stop_gradient(last))
-        num_steps = eqxi.unvmap_max(num_steps)
         return lax.cond(self.due(progress, last, num_steps), report, lambda _: last, progress)
 
     def close(self, key: int, token: Any) -> None:
@@ -99,6 +98,8 @@ class TqdmProgressMeter(AbstractProgressMeter):
     refresh_steps: int = 20
 
     def due(self, progress, last, num_steps):
+        # Under `vmap`, the step count of the sample furthest on.
+        num_steps = eqxi.unvmap_max(num_steps)
         return (num_steps % self.refresh_steps == 0) & (progress > last)
 
     def __check_init__(self):

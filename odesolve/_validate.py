@@ -108,21 +108,18 @@ def _check_times(t0, t1, dt0, controller, event):
     return c0, c1
 
 
-def resolution(t_max: Any, dtype: Any) -> Any:
+def resolution(t_max: Any, dtype: Any, xp: Any = jnp) -> Any:
     """The smallest step that times of `dtype` near `t_max` represent to within half of
-    its length: two spacings between consecutive values there."""
-    return 2 * jnp.spacing(jnp.asarray(t_max, dtype))
-
-
-def _trace_time_resolution(t_max: float, dtype: Any) -> float:
-    return float(2 * np.spacing(np.asarray(t_max, dtype)))
+    its length: two spacings between consecutive values there. `xp`: `jnp` for traced
+    times, `np` for concrete ones (inside `jit` a `jnp` result would be traced)."""
+    return 2 * xp.spacing(xp.asarray(t_max, dtype))
 
 
 def _check_resolution(c0, c1, cdt, dtype) -> None:
     if None in (c0, c1, cdt):
         return
     t_max = max(abs(c0), abs(c1))
-    smallest = _trace_time_resolution(t_max, dtype)
+    smallest = float(resolution(t_max, dtype, np))
     if abs(cdt) < smallest:
         name = jnp.dtype(dtype).name
         raise ValueError(

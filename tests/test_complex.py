@@ -110,7 +110,7 @@ def test_gradient_with_respect_to_a_complex_initial_state():
         np.testing.assert_allclose(jax.grad(loss)(Y0, adjoint), expected, rtol=1e-7)
 
 
-def test_per_sample_gradients_under_vmap():
+def test_gradients_in_every_transformation_order():
     strengths = jnp.array([0.8, 1.0, 1.3])
     solver, adjoint = ode.Tsit5(), ode.RecursiveCheckpointAdjoint()
     per_sample = jax.vmap(jax.grad(_population), in_axes=(0, None, None))(
@@ -118,6 +118,14 @@ def test_per_sample_gradients_under_vmap():
     )
     one_at_a_time = [jax.grad(_population)(s, solver, adjoint) for s in strengths]
     np.testing.assert_allclose(per_sample, one_at_a_time, rtol=1e-12)
+    batch = jax.vmap(lambda s: _population(s, solver, adjoint))
+    np.testing.assert_allclose(jax.jacrev(batch)(strengths), np.diag(one_at_a_time), atol=1e-12)
+    of_sum = jax.grad(lambda s: jnp.sum(batch(s)))(strengths)
+    np.testing.assert_allclose(of_sum, one_at_a_time, rtol=1e-12)
+    tangent = jax.jit(jax.jvp, static_argnums=0)(
+        lambda s: _population(s, solver, ode.DirectAdjoint()), (1.0,), (1.0,)
+    )[1]
+    np.testing.assert_allclose(tangent, one_at_a_time[1], rtol=1e-10)
 
 
 def test_a_state_of_real_and_complex_leaves():
