@@ -193,8 +193,8 @@ def _converted_vector_field(terms, t0, y0, args):
     return terms
 
 
-def _check_condition_returns_an_array(cond, bound, t0, y0, args) -> None:
-    out = jax.eval_shape(lambda t, y: bound(t, y, args), t0, y0)
+def _check_condition_returns_an_array(cond, out) -> None:
+    """`out`: the shape of what the condition returned."""
     leaves, treedef = jtu.tree_flatten(out)
     if len(leaves) != 1 or treedef.num_nodes != 1:
         raise ValueError(
@@ -214,12 +214,17 @@ def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, contro
     for cond in event.conditions:
         bound = lambda t, y, a, cond=cond: cond(t, y, a, **kwargs)
         try:
-            _check_condition_returns_an_array(cond, bound, t0, y0, args)
             converted = closure_convert(bound, t0, y0, args)
         except TypeError as e:
             raise TypeError(
                 f"calling the event condition {cond!r}(t0, y0, args) failed: {e}"
             ) from e
+        except ValueError:
+            # Converting an output that is not an array (None) fails: say that instead.
+            out = jax.eval_shape(lambda t, y, cond=cond: cond(t, y, args, **kwargs), t0, y0)
+            _check_condition_returns_an_array(cond, out)
+            raise
+        _check_condition_returns_an_array(cond, converted.out_struct)
         if isinstance(converted, JaxprClosure) and converted.captures_tracers:
             cond = BoundCondition(converted)
         conditions.append(cond)

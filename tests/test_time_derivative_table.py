@@ -229,7 +229,9 @@ def test_per_sample_time_derivatives(time_input):
     np.testing.assert_allclose(of_sum, reference, rtol=1e-12)
 
 
-@pytest.mark.parametrize("time_input", ["step_ts", "StepTo"])
+@pytest.mark.parametrize(
+    "time_input", ["step_ts", pytest.param("StepTo", marks=pytest.mark.matrix)]
+)
 def test_time_derivatives_in_other_transformation_orders(time_input):
     # jacrev over a batch, nested vmap of grad, and jit(jvp) (forward mode through
     # DirectAdjoint), each against forward mode one sample at a time. (A StepTo point's
