@@ -6,9 +6,11 @@ MLP, solved with Tsit5 and a PID controller; its parameters are fitted with opta
 a jitted training step (eqx.filter_jit + eqx.filter_value_and_grad), the gradient coming
 through the solver by the default adjoint (exact, checkpointed within a memory budget).
 
-The figure shows the loss curve and, in the phase plane, true against fitted trajectories
-continued to t = 15, three times the training window; that long solve shows a progress bar
-(tqdm, or a text meter when tqdm is not installed).
+The fit is then continued to t = 15, three times the training window, in one solve that
+shows a progress bar (tqdm, or a text meter when tqdm is not installed). The figure shows
+the loss curve, two true and fitted trajectories in the phase plane, and the error of six
+trajectories in time; both mark t = 5, where the training window ends and extrapolation
+begins.
 
     python examples/neural_ode.py [--quick] [--steps N] [--out neural_ode.png]
 """
@@ -134,20 +136,51 @@ def extrapolate(model, y0s, ts, meter):
     return truth, jnp.swapaxes(fitted, 0, 1)
 
 
-def plot(losses, truth, fitted, t_train: float, out: str) -> None:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    left.semilogy(losses)
-    left.set_xlabel("Adam step")
-    left.set_ylabel("mean squared error")
-    left.set_title("training loss")
-    for i in range(truth.shape[0]):
-        (line,) = right.plot(truth[i, :, 0], truth[i, :, 1], lw=1.0, alpha=0.6)
-        right.plot(fitted[i, :, 0], fitted[i, :, 1], "--", color=line.get_color(), lw=1.5)
-    right.plot([], [], "k-", lw=1.0, label="true")
-    right.plot([], [], "k--", lw=1.5, label="neural ODE")
-    right.set_title(f"trained on t in [0, {t_train:g}], shown to t = {3 * t_train:g}")
-    right.set_aspect("equal")
-    right.legend(loc="upper right")
+def plot(losses, ts, truth, fitted, t_train: float, out: str) -> None:
+    """Loss curve; two trajectories in the phase plane; every trajectory's error in time.
+
+    The end of the training window is marked in both trajectory panels: beyond it the fit
+    is extrapolating.
+    """
+    fig, (loss_ax, phase, error) = plt.subplots(
+        1, 3, figsize=(15, 5), gridspec_kw=dict(width_ratios=(1, 1.25, 1))
+    )
+    loss_ax.semilogy(losses)
+    loss_ax.set_xlabel("Adam step")
+    loss_ax.set_ylabel("mean squared error")
+    loss_ax.set_title("training loss")
+
+    # Two trajectories, the one starting furthest out and one starting about half as far.
+    radii = jnp.linalg.norm(truth[:, 0], axis=-1)
+    outer = int(jnp.argmax(radii))
+    inner = int(jnp.argmin(jnp.abs(radii - radii[outer] / 2)))
+    end = int(jnp.searchsorted(ts, t_train))  # the first time at or past the window's end
+    for i, color in ((outer, "tab:blue"), (inner, "tab:red")):
+        phase.plot(truth[i, :, 0], truth[i, :, 1], color=color, lw=4.0, alpha=0.25)
+        phase.plot(fitted[i, :, 0], fitted[i, :, 1], "--", color=color, lw=1.2)
+        phase.plot(*truth[i, 0], "o", color=color, ms=7)
+        phase.plot(*fitted[i, end], "X", color="black", mec="white", ms=10, zorder=3)
+    phase.plot([], [], color="gray", lw=4.0, alpha=0.25, label="true")
+    phase.plot([], [], "--", color="gray", lw=1.2, label="neural ODE")
+    phase.plot([], [], "o", color="gray", ms=7, label="start, t = 0")
+    phase.plot([], [], "X", color="black", ms=9, label=f"end of training window, t = {t_train:g}")
+    phase.set_xlabel("$y_1$")
+    phase.set_ylabel("$y_2$")
+    phase.set_aspect("equal", adjustable="datalim")
+    phase.set_title(f"phase plane, t in [0, {ts[-1]:g}]")
+    phase.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+
+    gap = jnp.linalg.norm(fitted - truth, axis=-1)  # (trajectories, times)
+    for i in range(gap.shape[0]):
+        error.semilogy(ts, gap[i], lw=1.0)
+    error.axvspan(ts[0], t_train, color="gray", alpha=0.15, lw=0)
+    error.axvline(t_train, color="black", lw=1.0, ls=":")
+    top = error.get_xaxis_transform()
+    error.text(t_train / 2, 0.97, "training\nwindow", transform=top, ha="center", va="top")
+    error.text(t_train * 1.05, 0.97, "extrapolation", transform=top, ha="left", va="top")
+    error.set_xlabel("t")
+    error.set_ylabel("|fitted - true|")
+    error.set_title(f"error of each of the {gap.shape[0]} trajectories")
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -180,7 +213,7 @@ def main(argv=None) -> dict:
     long_ts = jnp.linspace(0.0, 3 * t_train, 300)
     truth, fitted = extrapolate(model, y0s[:6], long_ts, progress_meter())
     extrapolation_error = float(jnp.max(jnp.abs(truth - fitted)))
-    plot(losses, truth, fitted, t_train, args.out)
+    plot(losses, long_ts, truth, fitted, t_train, args.out)
     print(
         f"loss {losses[0]:.3e} -> {losses[-1]:.3e} in {steps} steps ({train_seconds:.1f} s); "
         f"max |fitted - true| on [0, {3 * t_train:g}]: {extrapolation_error:.3f}; wrote {args.out}"

@@ -10,7 +10,9 @@ population over the (a, b) grid.
 
 On a CPU the script asks XLA for 8 host devices (XLA_FLAGS=
 --xla_force_host_platform_device_count=8, set before jax is imported unless XLA_FLAGS is
-already set). On GPUs or TPUs the same code uses the real devices.
+already set). Those are simulated devices sharing the machine's cores: they show that the
+sharding is right, not how fast real devices would be, and the script says so. On GPUs or
+TPUs the same code uses the real devices.
 
 Multi-host: call `jax.distributed.initialize()` first on every process (it reads the
 coordinator address, process count and id from the cluster environment, or takes them as
@@ -87,6 +89,23 @@ def batch_sharding():
     return NamedSharding(mesh, PartitionSpec("batch"))
 
 
+def simulated_devices() -> bool:
+    """Whether the devices are CPU devices that XLA's --xla_force_host_platform_device_count
+    made out of one host's cores."""
+    return jax.devices()[0].platform == "cpu" and len(jax.devices()) > 1
+
+
+def describe_devices() -> str:
+    """What the mesh runs on, saying so when its devices are simulated."""
+    devices = jax.devices()
+    if simulated_devices():
+        return (
+            f"{len(devices)} simulated CPU devices on {os.cpu_count()} cores: timings say "
+            "nothing about real multi-device speed"
+        )
+    return f"{len(devices)} {devices[0].platform.upper()} device(s) ({devices[0].device_kind})"
+
+
 def timed(fn, *args):
     """fn(*args) once to compile, then once timed; returns (result, seconds)."""
     jax.block_until_ready(fn(*args))
@@ -109,7 +128,8 @@ def plot(params, ys, side: int, out: str) -> None:
     fig.colorbar(image, label="peak prey population on [0, 10]")
     ax.set_xlabel("prey growth rate a")
     ax.set_ylabel("predation rate b")
-    ax.set_title(f"{side * side} solves over {len(jax.devices())} devices")
+    kind = "simulated CPU devices" if simulated_devices() else "devices"
+    ax.set_title(f"{side * side} solves sharded over {len(jax.devices())} {kind}")
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -136,6 +156,7 @@ def main(argv=None) -> dict:
 
     output_spec = str(getattr(sharded.sharding, "spec", sharded.sharding))
     max_difference = float(jnp.max(jnp.abs(np.asarray(sharded) - np.asarray(unsharded))))
+    print(f"devices: {describe_devices()}")
     print(
         f"{params.shape[0]} solves on {len(jax.devices())} devices; output sharding "
         f"{output_spec}; {sharded_seconds:.3f} s sharded, {unsharded_seconds:.3f} s "
@@ -145,6 +166,7 @@ def main(argv=None) -> dict:
     print(f"wrote {args.out}")
     return {
         "devices": len(jax.devices()),
+        "simulated_devices": simulated_devices(),
         "members": int(params.shape[0]),
         "output_spec": output_spec,
         "max_difference": max_difference,

@@ -83,6 +83,7 @@ def test_sharded_ensemble_matches_unsharded(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["devices"] == 8
+    assert result["simulated_devices"]  # forced CPU devices are named as such
     assert "'batch'" in result["output_spec"]  # the output stays split over the mesh
     # Each device runs the same per-member computation as the single-device batch.
     assert result["max_difference"] <= 1e-12
