@@ -12,6 +12,7 @@ torchdiffeq and torchode are installed (CI has no torch).
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -64,13 +65,18 @@ def run_bench(out, *arguments, block_diffrax=False):
 
 
 def check_output(out, done, results, workloads):
-    """Every workload has rows with every field, a target verdict, and a plot."""
+    """Every workload has rows with every field, its target unjudged, and a plot; the run
+    says it is a smoke run and prints no verdict."""
     assert META_FIELDS <= set(results["meta"])
     assert results["meta"]["mode"] == "smoke"
     for row in results["rows"]:
         assert ROW_FIELDS <= set(row), row
     assert {row["workload"] for row in results["rows"]} == set(workloads)
     assert set(results["targets"]) == set(workloads)
+    # Tiny sizes measure nothing: no target is met or missed, on stdout or in the JSON.
+    assert all(target["met"] is None for target in results["targets"].values())
+    assert "smoke run" in done.stdout and "not a measurement" in done.stdout
+    assert not re.search(r"\bmet\b", done.stdout, flags=re.I), done.stdout
     assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "compile s" in done.stdout and "ratio" in done.stdout
 
@@ -222,3 +228,22 @@ def test_w5_target_counts_only_rows_as_accurate_as_diffrax():
     assert check([loose, diffrax])[0] is False
     assert check([loose, row("odesolve (tight)", 0.8, 4e-12), diffrax])[0] is False
     assert check([loose, tight])[0] is None
+
+
+def test_smoke_plot_draws_no_targets(tmp_path, monkeypatch):
+    """The ratios plot draws each workload's target, except in a smoke run."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from odesolve.bench import _report
+
+    drawn, plot = [], Axes.plot
+    record = lambda self, *args, **kwargs: (
+        drawn.append(kwargs.get("color")) or plot(self, *args, **kwargs)
+    )
+    monkeypatch.setattr(Axes, "plot", record)
+    rows = [dict(workload="W1", case="W1", library="odesolve", ratio=0.3)]
+    for smoke, lines in ((False, ["tab:red"]), (True, [])):
+        drawn.clear()
+        assert _report.write_plot(tmp_path / "ratios.png", rows, {"W1": {"ratio": 0.5}}, smoke)
+        assert drawn == lines

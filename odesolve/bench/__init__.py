@@ -1,4 +1,4 @@
-"""odesolve's benchmark: workloads W1-W7 of shared/BENCHMARKS.md, side by side with Diffrax,
+"""odesolve's benchmark: workloads W1-W7 (benchmarks/README.md), side by side with Diffrax,
 `jax.experimental.ode`, torchdiffeq and torchode (when installed) and a fixed-step
 `lax.scan` limit, in one process.
 

@@ -115,9 +115,10 @@ def write_json(path: Path, results: dict) -> None:
     path.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n")
 
 
-def write_plot(path: Path, rows: list[dict], targets: dict) -> bool:
+def write_plot(path: Path, rows: list[dict], targets: dict, smoke: bool = False) -> bool:
     """Horizontal bars of each library's ratio to Diffrax per case (log scale), with the
-    line at 1 (Diffrax) and odesolve's target for each workload. False without matplotlib."""
+    line at 1 (Diffrax) and odesolve's target for each workload; a smoke run's plot says
+    so and draws no targets. False without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -132,14 +133,18 @@ def write_plot(path: Path, rows: list[dict], targets: dict) -> bool:
     colors = ["tab:blue" if r["library"].startswith("odesolve") else "tab:gray" for r in bars]
     ax.barh(list(positions), [r["ratio"] for r in bars], color=colors)
     for y, row in zip(positions, bars):
-        goal = targets.get(row["workload"], {}).get("ratio")
+        goal = None if smoke else targets.get(row["workload"], {}).get("ratio")
         if goal is not None and row["library"].startswith("odesolve"):
             ax.plot([goal, goal], [y - 0.4, y + 0.4], color="tab:red", linewidth=2)
     ax.set_yticks(list(positions), [f"{r['case']}  {r['library']}" for r in bars], fontsize=7)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlabel("time / diffrax's time, same run (W7: compile time); red: target")
-    ax.set_title(f"odesolve.bench on {jax.default_backend()}: lower is better", fontsize=10)
+    xlabel = "time / diffrax's time, same run (W7: compile time)"
+    ax.set_xlabel(xlabel if smoke else f"{xlabel}; red: target")
+    title = f"odesolve.bench on {jax.default_backend()}: lower is better"
+    if smoke:
+        title = f"odesolve.bench --smoke on {jax.default_backend()}: tiny sizes, not a measurement"
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -62,7 +62,7 @@ class Case:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A workload's target (shared/BENCHMARKS.md). `check(rows)` returns (met, detail);
+    """A workload's target (benchmarks/README.md). `check(rows)` returns (met, detail);
     met is None when the rows needed to decide are missing. `ratio`: the ratio to Diffrax
     that odesolve's time must reach, drawn on the plot."""
 

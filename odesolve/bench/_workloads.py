@@ -1,4 +1,4 @@
-"""Workloads W1-W7 of shared/BENCHMARKS.md as named specs.
+"""Workloads W1-W7 (described in benchmarks/README.md) as named specs.
 
 Every workload is built from the peers' modules: odesolve and Diffrax share one API, so
 `_with_each_api` builds both from the same function of the module; the PyTorch peers'
