@@ -1,31 +1,17 @@
-"""The README's Python snippets run as written, and print what they say they print."""
+"""The README's Python snippets run as written, in order in one namespace, and print what
+they say they print (`print(x)  # value`), as the documentation's do (tests/test_docs.py)."""
 
-import contextlib
-import io
 import pathlib
-import re
 
-import jax
 import pytest
+from test_docs import ENABLES_X64, python_blocks, run_blocks
 
-README = pathlib.Path(__file__).parent.parent / "README.md"
-SNIPPETS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_readme_snippet_runs_and_prints_what_it_says(index):
-    code = SNIPPETS[index]
-    if "from flax import nnx" in code:
+def test_readme_snippets_run_and_print_what_they_say():
+    blocks = python_blocks(README.read_text())
+    assert blocks, "README.md has no ```python blocks"
+    if any("from flax import" in code for code in blocks):
         pytest.importorskip("flax.nnx")
-    printed = io.StringIO()
-    # As users run them: JAX's default dtype promotion (the suite sets strict).
-    with contextlib.redirect_stdout(printed), jax.numpy_dtype_promotion("standard"):
-        exec(compile(code, f"README.md snippet {index}", "exec"), {})
-    # `print(x)  # value`: the comment shows what the line prints.
-    promised = [c.strip() for c in re.findall(r"^print\(.*\)[ \t]+#(.*)$", code, flags=re.M)]
-    lines = [line.strip() for line in printed.getvalue().splitlines()]
-    for words in promised:
-        assert " ".join(words.split()) in [" ".join(line.split()) for line in lines], (
-            words,
-            lines,
-        )
+    run_blocks(blocks, "README.md", x64=any(ENABLES_X64 in code for code in blocks))
