@@ -4,7 +4,6 @@ This package never imports `odesolve`: a solver hands it a `Loop` (condition, bo
 and its inputs, and gets back the final carry and the buffers the body wrote.
 """
 
-from ._adjoint import SCHEDULES as SCHEDULES
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
 )
@@ -22,18 +21,6 @@ from ._adjoint import (
 )
 from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._batching import batch_size as batch_size
-from ._closure import (
-    JaxprClosure as JaxprClosure,
-)
-from ._closure import (
-    TrivialClosure as TrivialClosure,
-)
-from ._closure import (
-    closure_convert as closure_convert,
-)
-from ._closure import (
-    shape_record as shape_record,
-)
 from ._concrete import is_concrete as is_concrete
 from ._concrete import trace_time_value as trace_time_value
 from ._loop import (
@@ -41,11 +28,5 @@ from ._loop import (
 )
 from ._loop import (
     Write as Write,
-)
-from ._loop import (
-    apply_writes as apply_writes,
-)
-from ._loop import (
-    run_plain as run_plain,
 )
 from ._packing import cast as cast

@@ -28,6 +28,7 @@ With adaptive step sizes, recomputing schedules also keep each tick's step-size 
 reproduces the discretisation exactly; see `Loop.decision`.
 """
 
+import abc
 import math
 from typing import Any, ClassVar
 
@@ -64,23 +65,30 @@ class AbstractAdjoint(eqx.Module):
     """Runs a `Loop`. Subclasses choose the differentiation strategy.
 
     A *continuous* adjoint (`continuous = True`) also needs the ODE itself: the solver
-    then calls `run_continuous(loop, problem, params, init, buffers)` with a
-    `ContinuousProblem` instead of `run_loop`.
+    passes it as `problem`, a `ContinuousProblem`, to `run_loop`.
     """
 
     continuous: ClassVar[bool] = False
-    # A custom VJP cannot be forward-differentiated; the solver then runs the plain loop.
+    # Whether the adjoint is a custom VJP, which cannot be forward-differentiated.
     reverse_only: ClassVar[bool] = False
 
-    def run_loop(self, loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
-        raise NotImplementedError  # abstract
+    @abc.abstractmethod
+    def run_loop(
+        self,
+        loop: Loop,
+        params: Any,
+        init: Any,
+        buffers: tuple,
+        problem: ContinuousProblem | None = None,
+    ) -> tuple[Any, tuple]:
+        """Run `loop` from `init`: (final carry, filled buffers)."""
 
 
 class ForwardMode(AbstractAdjoint):
     """Forward-mode autodiff through a plain `lax.while_loop`: `jax.jvp`, `jax.jacfwd`.
     Cheapest when there are fewer inputs than outputs to differentiate. No reverse mode."""
 
-    def run_loop(self, loop, params, init, buffers):
+    def run_loop(self, loop, params, init, buffers, problem=None):
         return run_plain(loop, params, init, buffers)
 
 
@@ -89,7 +97,7 @@ class DirectAdjoint(AbstractAdjoint):
     `jax.jacfwd`), reverse mode and Hessians all work. Costs `max_steps` ticks whatever
     the number of steps taken; memory O(sqrt(max_steps)) states."""
 
-    def run_loop(self, loop, params, init, buffers):
+    def run_loop(self, loop, params, init, buffers, problem=None):
         return bounded_loop(loop, params, init, buffers)
 
 
@@ -235,7 +243,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             return max(DEFAULT_MEMORY_BUDGET // batch_size, MIN_DEFAULT_BUDGET_PER_SOLVE)
         return self.memory_budget // batch_size
 
-    def run_loop(self, loop, params, init, buffers):
+    def run_loop(self, loop, params, init, buffers, problem=None):
         return checkpointed_loop(loop, self.choose_schedule, params, init, buffers)
 
 
@@ -264,8 +272,7 @@ class BacksolveAdjoint(AbstractAdjoint):
     solver: Any = None
     stepsize_controller: Any = None
 
-    def run_loop(self, loop, params, init, buffers):
-        raise ValueError("BacksolveAdjoint needs the ODE: call it through diffeqsolve.")
-
-    def run_continuous(self, loop: Loop, problem: ContinuousProblem, params, init, buffers):
+    def run_loop(self, loop, params, init, buffers, problem=None):
+        if problem is None:
+            raise ValueError("BacksolveAdjoint needs the ODE: call it through diffeqsolve.")
         return backsolve_loop(loop, problem, params, init, buffers, self.seminorm)

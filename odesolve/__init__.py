@@ -62,14 +62,17 @@ from ._results import is_event as is_event
 from ._results import is_okay as is_okay
 from ._results import is_successful as is_successful
 from ._saveat import SaveAt as SaveAt
+from ._saveat import SubSaveAt as SubSaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution
-from ._solver import (
-    AbstractImplicitRungeKutta as AbstractImplicitRungeKutta,
-)
+from ._solver import AbstractERK as AbstractERK
+from ._solver import AbstractESDIRK as AbstractESDIRK
+from ._solver import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
+from ._solver import AbstractImplicitSolver as AbstractImplicitSolver
 from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
 )
+from ._solver import AbstractSolver as AbstractSolver
 from ._solver import (
     Bosh3 as Bosh3,
 )
@@ -85,6 +88,7 @@ from ._solver import (
 from ._solver import (
     Euler as Euler,
 )
+from ._solver import HalfSolver as HalfSolver
 from ._solver import (
     Heun as Heun,
 )
@@ -100,12 +104,14 @@ from ._solver import (
 from ._solver import (
     Kvaerno5 as Kvaerno5,
 )
+from ._solver import LeapfrogMidpoint as LeapfrogMidpoint
 from ._solver import (
     Midpoint as Midpoint,
 )
 from ._solver import (
     Ralston as Ralston,
 )
+from ._solver import ReversibleHeun as ReversibleHeun
 from ._solver import (
     Tsit5 as Tsit5,
 )

@@ -5,6 +5,9 @@ The adjoint package never imports odesolve: this module describes the ODE to it 
 system) with the same solver and step-size controller.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -20,10 +23,10 @@ from ._term import ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
-    if saveat.steps or saveat.dense or saveat.fn is not save_y:
+    if saveat.steps or saveat.dense or saveat.fn is not save_y or saveat.subs is not None:
         raise UnsupportedCombination(
             "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only, not steps, "
-            "dense or fn: its backward solve restarts from the saved states. Use "
+            "dense, fn or subs: its backward solve restarts from the saved states. Use "
             "RecursiveCheckpointAdjoint() (the default) for those."
         )
 
@@ -62,12 +65,13 @@ def _backward_controller(adjoint, controller, seminorm):
     return controller
 
 
-def continuous_problem(adjoint, solver, max_steps, throw):
-    """Everything that is an array (the controller's tolerances, dt0) is read from the
-    loop's `params` when needed, never closed over: the adjoint calls these functions
-    in its backward pass, outside the forward pass's trace."""
-    # Imported here: diffeqsolve is what this problem uses to solve the adjoint system.
-    from ._integrate import diffeqsolve
+def continuous_problem(
+    adjoint: Any, solver: Any, max_steps: int | None, throw: bool, diffeqsolve: Callable
+) -> ContinuousProblem:
+    """The problem, with `diffeqsolve` to solve the adjoint system. Everything that is an
+    array (the controller's tolerances, dt0) is read from the loop's `params` when
+    needed, never closed over: the adjoint calls these functions in its backward pass,
+    outside the forward pass's trace."""
 
     def integrate(field, theta, z0, t0, t1, seminorm, params):
         step = None if params.dt0 is None else -jnp.abs(params.dt0)
@@ -89,12 +93,13 @@ def continuous_problem(adjoint, solver, max_steps, throw):
         return jtu.tree_map(lambda x: x[0], sol.ys)
 
     def saved(buffers, ct_buffers, params):
-        if params.save_ts is None:
+        save_ts = params.save_ts[0] if params.save_ts else None
+        if save_ts is None:
             return None, None, None
         ys = buffers[0][:-1]
         ct = None if ct_buffers is None else ct_buffers[0]
         ct_ys = jnp.zeros_like(ys) if ct is None else ct[:-1]
-        return params.save_ts[:-1], ys, ct_ys
+        return save_ts[:-1], ys, ct_ys
 
     def with_theta_cotangent(params, ct_theta):
         return eqx.tree_at(

@@ -13,22 +13,22 @@ When several conditions fire on the same step, the earliest crossing wins (not t
 in PyTree order), and `sol.event_mask` says which. Root finding runs once, after the loop,
 on the last step's interpolant; the loop itself only carries the conditions' last values.
 
-The event time is differentiable. Its value comes from the bracketed search (no
-derivative: bisection-like updates are piecewise constant), and its derivative from the
-implicit function theorem, d t*/d theta = -(d g/d theta) / (d g/d t) at the root, added as
-a zero-valued correction (see `_with_root_derivative`).
+The event time is differentiable (see `_root`).
 """
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
+from . import _interpolation
 from ._flat import FlatSpec
+from ._root import crossing_time
 
 
 def _is_condition(x: Any) -> bool:
@@ -125,16 +125,20 @@ def condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps) 
 
 
 class FlatConditions(eqx.Module):
-    """The conditions on the flat state in tau-time: a tuple of scalars, one per leaf."""
+    """The conditions on the flat state in tau-time: a tuple of scalars, one per leaf.
+    `conditions`: each a `BoundCondition` (traced once, its keyword arguments bound)."""
 
     conditions: tuple
     spec: FlatSpec = eqx.field(static=True)
     direction: Any
-    kwargs: dict
 
-    def __call__(self, tau, y, args) -> tuple:
+    def __call__(self, tau: Any, y: Any, args: Any) -> tuple:
         t, y = self.direction * tau, self.spec.unravel(y)
-        return tuple(jnp.asarray(c(t, y, args, **self.kwargs)) for c in self.conditions)
+        return tuple(jnp.asarray(c(t, y, args)) for c in self.conditions)
+
+    @property
+    def out_struct(self) -> tuple:
+        return tuple(c.converted.out_struct for c in self.conditions)
 
 
 def check_condition_outputs(out_struct: tuple, conditions: tuple) -> None:
@@ -167,73 +171,104 @@ def first_to_fire(times: tuple) -> tuple[Float[Array, ""], tuple]:
     return earliest, tuple((t == earliest) & jnp.isfinite(t) for t in times)
 
 
-# ---------------------------------------------------------------- locating a crossing
+# ---------------------------------------------------------------- in the loop
 
 
-def _tolerance(tolerance, a, b):
-    """Bracket width at which the search stops."""
-    eps = jnp.finfo(jnp.result_type(a)).eps
-    scale = jnp.maximum(jnp.abs(a), jnp.abs(b))
-    tol = 4 * eps * jnp.maximum(scale, b - a)
-    if tolerance is not None:
-        rtol, atol = tolerance
-        tol = jnp.maximum(tol, atol + rtol * scale)
-    return tol
+class EventState(eqx.Module):
+    """Each condition's value at the solve's current (t, y), and which of them fired on
+    the last step."""
+
+    values: tuple
+    mask: tuple
 
 
-def _illinois(g: Callable, a, b, ga, gb, tol, max_iterations: int = 200):
-    """A root of g in [a, b], where g(a) and g(b) have different signs.
-
-    The Illinois variant of regula falsi (Dowell & Jarratt, BIT 11 (1971) 168-174): the
-    secant through the bracket's ends, with the retained end's value halved when the same
-    end is kept twice, which restores superlinear convergence; a midpoint step when the
-    secant leaves the bracket. Returns the end with the smaller |g|.
-    """
-
-    def keep_going(s):
-        a, b, ga, gb, _, i = s
-        return (b - a > tol) & (ga != 0) & (gb != 0) & (i < max_iterations)
-
-    def narrow(s):
-        a, b, ga, gb, side, i = s
-        c = (a * gb - b * ga) / jnp.where(gb == ga, 1, gb - ga)
-        c = jnp.where((c > a) & (c < b) & (gb != ga), c, (a + b) / 2)
-        gc = g(c)
-        right = jnp.sign(gc) == jnp.sign(gb)  # the root is in [a, c]
-        new_a, new_ga = jnp.where(right, a, c), jnp.where(right, ga, gc)
-        new_b, new_gb = jnp.where(right, c, b), jnp.where(right, gc, gb)
-        # Illinois: the end kept twice in a row has its value halved.
-        new_ga = jnp.where(right & (side == 1), new_ga / 2, new_ga)
-        new_gb = jnp.where(~right & (side == -1), new_gb / 2, new_gb)
-        side = jnp.where(right, 1, -1).astype(jnp.int32)
-        return new_a, new_b, new_ga, new_gb, side, i + 1
-
-    init = (a, b, ga, gb, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-    a, b, ga, gb, _, _ = jax.lax.while_loop(keep_going, narrow, init)
-    # Halving distorts the kept end's value, so compare true values before choosing.
-    return jnp.where(jnp.abs(g(a)) <= jnp.abs(g(b)), a, b)
+def initial_state(conditions: FlatConditions, t0: Any, y0: Any, args: Any) -> EventState:
+    values = conditions(t0, y0, args)
+    # A boolean condition already true at t0 stops the solve before its first step.
+    mask = tuple(v if v.dtype == jnp.bool_ else jnp.asarray(False) for v in values)
+    return EventState(values, mask)
 
 
-def _with_root_derivative(g: Callable, data, root):
-    """`root` (a constant) with the implicit-function derivative of g's zero attached.
+def after_step(
+    record: EventRecord,
+    conditions: FlatConditions,
+    state: EventState,
+    accept: Bool[Array, ""],
+    t: Any,
+    y: Any,
+    args: Any,
+) -> EventState:
+    """The conditions at the end of a step, kept if it was accepted, and which fired."""
+    new = conditions(t, y, args)
+    values = tuple(jnp.where(accept, n, o) for n, o in zip(new, state.values))
+    mask = tuple(accept & fired(o, n, up) for o, n, up in zip(state.values, new, record.directions))
+    return EventState(values, mask)
 
-    The correction -g(root)/g'(root) has (nearly) zero value and, with g' held constant,
-    derivative -(dg/dtheta)/g', which is the derivative of the root with respect to
-    everything g depends on (`data`)."""
-    value, slope = jax.jvp(lambda t: g(t, data), (root,), (jnp.ones_like(root),))
-    slope = jax.lax.stop_gradient(slope)
-    step = -value / jnp.where(slope == 0, 1, slope)
-    step = jnp.where((slope == 0) | ~jnp.isfinite(step), 0, step)
-    return root + (step - jax.lax.stop_gradient(step))
+
+def any_fired(state: EventState) -> Bool[Array, ""]:
+    return jnp.any(jnp.stack(state.mask))
 
 
-def crossing_time(g: Callable, data: Any, t_start, t_end, tolerance) -> Float[Array, ""]:
-    """Where t -> g(t, data) crosses zero in [t_start, t_end], given that its signs at the
-    two ends differ (or one is zero). `data`: the arrays g depends on (the step's
-    interpolant, `args`); the search sees them as constants, so no derivative enters the
-    search loop (JAX cannot reverse-differentiate a while loop)."""
-    freeze = lambda x: jax.lax.stop_gradient(x) if eqx.is_array(x) else x
-    a, b, frozen_data = jtu.tree_map(freeze, (t_start, t_end, data))
-    frozen = lambda t: g(t, frozen_data)
-    root = _illinois(frozen, a, b, frozen(a), frozen(b), _tolerance(tolerance, a, b))
-    return _with_root_derivative(g, data, root)
+class LastStep(eqx.Module):
+    """The step an event stopped the solve on: its interpolant `row` = (t0, y0, dense
+    vectors) with coefficients `table`, ending at (`t`, `y`)."""
+
+    row: Any
+    table: tuple = eqx.field(static=True)
+    t: Any
+    y: Any
+
+    def value(self, t: Any) -> Any:
+        h, theta = _interpolation.position(self.row[0], self.t, t)
+        return _interpolation.value(self.table, self.row[1], h, theta, self.row[2])
+
+
+def locate(
+    record: EventRecord,
+    conditions: FlatConditions,
+    state: EventState,
+    happened: Bool[Array, ""],
+    last: LastStep,
+    args: Any,
+) -> tuple[Any, Any, Any]:
+    """After a solve: the event's time and state, the earliest firing on the last step's
+    interpolant (the step's end and state where nothing happened), and the PyTree mask
+    of which condition fired."""
+
+    def find() -> tuple:
+        times = tuple(
+            jnp.where(mask, _firing_time(record, conditions, i, last, args), jnp.inf)
+            for i, mask in enumerate(state.mask)
+        )
+        t_event, mask = first_to_fire(times)
+        # Under `vmap` a sample without an event takes part at its own end time: at the
+        # inf that `first_to_fire` gives it, the interpolant's derivative is infinite,
+        # and reverse mode would multiply it by a zero cotangent (NaN).
+        t_event = jnp.where(happened, t_event, last.t)
+        # A boolean event ends the step itself (and a sample without one keeps its end
+        # state): the end state bit for bit.
+        y_event = jnp.where(t_event == last.t, last.y, last.value(t_event))
+        return t_event, y_event, tuple(m & happened for m in mask)
+
+    def unchanged() -> tuple:
+        return last.t, last.y, tuple(jnp.zeros_like(m) for m in state.mask)
+
+    # Skip the root search unless some solve in the batch has an event to locate.
+    t_event, y_event, mask = jax.lax.cond(eqxi.unvmap_any(happened), find, unchanged)
+    return t_event, y_event, jtu.tree_unflatten(record.structure, mask)
+
+
+def _firing_time(
+    record: EventRecord, conditions: FlatConditions, i: int, last: LastStep, args: Any
+) -> Any:
+    """When condition i fired on the last step: the step's end for a boolean condition,
+    the zero crossing on the step's interpolant for a real one."""
+    if conditions.out_struct[i].dtype == jnp.bool_:
+        return last.t
+
+    def condition(t: Any, data: tuple) -> Any:
+        conditions, args, last = data
+        return conditions(t, last.value(t), args)[i]
+
+    data = (conditions, args, last)
+    return crossing_time(condition, data, last.row[0], last.t, record.tolerance)

@@ -117,7 +117,9 @@ class TqdmProgressMeter(AbstractProgressMeter):
     def _start(self, key):
         import tqdm
 
-        _open[key] = tqdm.tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {n:.1f}/100%")
+        _open[key] = tqdm.tqdm(
+            total=100, unit="%", bar_format="{l_bar}{bar}| {n:.1f}/100% [{elapsed}<{remaining}]"
+        )
 
     def _update(self, key, progress):
         bar = _open.get(key)

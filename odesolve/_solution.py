@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from . import _interpolation
 from ._flat import FlatSpec
 from ._results import RESULTS
-from ._solver._runge_kutta import interpolation_slopes, interpolation_weights
 
 
 class StepRows(eqx.Module):
@@ -37,24 +37,22 @@ class StepRows(eqx.Module):
         found = (index < self.count.astype(index.dtype)) & (tau >= self.t_start[0])
         return jnp.clip(index, 0, jnp.maximum(self.count.astype(index.dtype) - 1, 0)), found
 
-    def _local(self, tau):
-        """Each tau's row, step size h and position theta in [0, 1] within its step."""
+    def _local(self, tau: Float[Array, " m"]) -> tuple[Any, Any, Any, Any, list]:
+        """Each tau's row: whether it exists, its step size h (m, 1), the position theta
+        (m, 1) within its step, and its dense vectors, each (m, n)."""
         index, found = self.locate(tau)
-        t_start, t_end = self.t_start[index], self.t_end[index]
-        h = t_end - t_start
-        return index, found, h, (tau - t_start) / jnp.where(h == 0, 1, h)
+        h, theta = _interpolation.position(self.t_start[index], self.t_end[index], tau)
+        ks = [self.stages[index, i] for i in range(self.stages.shape[1])]
+        return index, found, h[:, None], theta[:, None], ks
 
-    def evaluate(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
-        index, found, h, theta = self._local(tau)
-        weights = interpolation_weights(jnp.asarray(interp, h.dtype), theta)
-        y = self.y0[index] + h[:, None] * jnp.einsum("ms,msn->mn", weights, self.stages[index])
+    def evaluate(self, table: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+        index, found, h, theta, ks = self._local(tau)
+        y = _interpolation.value(table, self.y0[index], h, theta, ks)
         return jnp.where(found[:, None], y, jnp.nan)
 
-    def slope(self, interp: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
-        index, found, h, theta = self._local(tau)
-        weights = interpolation_slopes(jnp.asarray(interp, h.dtype), theta)
-        dy = jnp.einsum("ms,msn->mn", weights, self.stages[index])
-        return jnp.where(found[:, None], dy, jnp.nan)
+    def slope(self, table: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
+        _, found, _, theta, ks = self._local(tau)
+        return jnp.where(found[:, None], _interpolation.slope(table, theta, ks), jnp.nan)
 
 
 class DenseInterpolation(eqx.Module):

@@ -13,19 +13,18 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import AbstractAdjoint, JaxprClosure, closure_convert, is_concrete
+from adjoints import AbstractAdjoint, is_concrete
 
+from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
 from ._controller.constant import StepTo
-from ._event import BoundCondition, condition_kwargs
-from ._field_cache import checked_once
+from ._event import BoundCondition, check_condition_outputs, condition_kwargs
 from ._flat import complex_dtype, real_dtype, widest_float
 from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidStepTimes
 from ._saveat import SaveAt
-from ._solver._implicit import AbstractImplicitRungeKutta
-from ._solver._runge_kutta import AbstractRungeKutta
+from ._solver._base import AbstractSolver
 from ._term import ODETerm
 
 
@@ -156,18 +155,14 @@ def _check_save_ts(ts, c0, c1):
         )
 
 
-def _converted_vector_field(terms, t0, y0, args):
-    """Trace the vector field once: check that it returns y0's structure and shapes, and
-    closure-convert it when it closed over values of an enclosing transformation (a
-    tracer of the user's `jit` or `grad`). Such a closure must become explicit before the
-    solve's own `jit`, or the tracer is baked into that jit's cache as a constant and
-    leaks. Closures over concrete arrays are left alone, so that repeated solves reuse one
-    compilation."""
+def _traced_vector_field(terms, t0, y0, args):
+    """Trace the vector field, once per solve (see `_closure`), and check that it
+    returns y0's structure and shapes."""
     try:
-        converted = closure_convert(terms.vf, t0, y0, args)
+        traced = trace_once(terms.vf, t0, y0, args)
     except TypeError as e:
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
-    out, expected = converted.out_struct, jax.eval_shape(lambda: y0)
+    out, expected = traced.out_struct, jax.eval_shape(lambda: y0)
     got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
     shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
     complex_leaves = [
@@ -188,9 +183,7 @@ def _converted_vector_field(terms, t0, y0, args):
             f"{want_def} with shapes {shapes(expected)}. dy/dt must have y's structure "
             "and shapes."
         )
-    if isinstance(converted, JaxprClosure) and converted.captures_tracers:
-        return ODETerm(converted)
-    return terms
+    return ODETerm(traced)
 
 
 def _check_condition_returns_an_array(cond, out) -> None:
@@ -203,37 +196,31 @@ def _check_condition_returns_an_array(cond, out) -> None:
         )
 
 
-def _converted_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
-    """Closure-convert the event's conditions that close over tracers of an enclosing
-    transformation, for the same reason as the vector field's (see above). Their keyword
-    arguments are bound now: they are fixed for the solve."""
+def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
+    """The event's conditions traced once each (see `_closure`), with their keyword
+    arguments bound: they are fixed for the solve."""
     if event is None:
         return None
     kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
     conditions = []
     for cond in event.conditions:
         bound = lambda t, y, a, cond=cond: cond(t, y, a, **kwargs)
+        bound.__name__ = getattr(cond, "__name__", "condition")
         try:
-            converted = closure_convert(bound, t0, y0, args)
+            traced = trace_once(bound, t0, y0, args)
         except TypeError as e:
             raise TypeError(
                 f"calling the event condition {cond!r}(t0, y0, args) failed: {e}"
             ) from e
-        except ValueError:
-            # Converting an output that is not an array (None) fails: say that instead.
-            out = jax.eval_shape(lambda t, y, cond=cond: cond(t, y, args, **kwargs), t0, y0)
-            _check_condition_returns_an_array(cond, out)
-            raise
-        _check_condition_returns_an_array(cond, converted.out_struct)
-        if isinstance(converted, JaxprClosure) and converted.captures_tracers:
-            cond = BoundCondition(converted)
-        conditions.append(cond)
+        _check_condition_returns_an_array(cond, traced.out_struct)
+        conditions.append(BoundCondition(traced))
+    check_condition_outputs(tuple(c.converted.out_struct for c in conditions), event.conditions)
     return event.with_conditions(conditions)
 
 
 # (argument, the classes it takes, an example) for `check_kinds`.
 _KINDS = (
-    ("solver", (AbstractRungeKutta, AbstractImplicitRungeKutta), "odesolve.Tsit5()"),
+    ("solver", (AbstractSolver,), "odesolve.Tsit5()"),
     ("saveat", (SaveAt,), "odesolve.SaveAt(t1=True)"),
     ("stepsize_controller", (AbstractStepSizeController,), "odesolve.PIDController(1e-6, 1e-6)"),
     ("adjoint", (AbstractAdjoint,), "odesolve.RecursiveCheckpointAdjoint()"),
@@ -290,7 +277,8 @@ def normalise_inputs(
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller, event)
-    _check_save_ts(saveat.ts, c0, c1)
+    for output in saveat.outputs:
+        _check_save_ts(output.ts, c0, c1)
     # Read before converting: under `jit` a converted Python number is a tracer.
     cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
@@ -309,8 +297,8 @@ def normalise_inputs(
         y0 = jtu.tree_map(lambda y: y.astype(_promoted(y.dtype, widest)), y0)
     as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
-    terms = checked_once(_converted_vector_field, terms, t0, y0, args)
-    event = _converted_event(
+    terms = _traced_vector_field(terms, t0, y0, args)
+    event = _traced_event(
         event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
     )
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)

@@ -84,7 +84,7 @@ def _reference_pieces(solver):
 
     @jax.jit
     def step(t, h, y, k, p):
-        return solver.step(lotka_volterra, t, h, y, k, p, False)
+        return solver.stages(lotka_volterra, t, h, y, k, p, False, None)
 
     @jax.jit
     def interpolate(y, h, theta, stages):
@@ -96,7 +96,7 @@ def _reference_pieces(solver):
 
 def unrolled(solver, step_ends, y0, p, save_ts=(), t0=0.0):
     """(ys at save_ts, y at the last step end) for Lotka-Volterra, by applying
-    `solver.step` over the given steps in a Python loop: y0 and p are differentiable."""
+    `solver.stages` over the given steps in a Python loop: y0 and p are differentiable."""
     step, interpolate = _reference_pieces(solver)
     t, y, k = t0, y0, lotka_volterra(t0, y0, p)
     pending, saved = list(save_ts), []
@@ -104,9 +104,9 @@ def unrolled(solver, step_ends, y0, p, save_ts=(), t0=0.0):
         h = t_end - t
         result = step(t, h, y, k, p)
         while pending and pending[0] <= t_end:  # save times in (t, t_end]
-            saved.append(interpolate(y, h, (pending.pop(0) - t) / h, result.stages))
+            saved.append(interpolate(y, h, (pending.pop(0) - t) / h, result.ks))
         t, y = t_end, result.y1
-        k = result.stages[-1] if solver.tableau.fsal else lotka_volterra(t, y, p)
+        k = result.ks[-1] if solver.tableau.fsal else lotka_volterra(t, y, p)
     assert not pending
     return (jnp.stack(saved) if saved else None), y
 

@@ -1,4 +1,4 @@
-"""Vector fields that hold or close over traced arrays, and `adjoints.closure_convert`.
+"""Vector fields that hold or close over traced arrays, and `trace_once`.
 
 Regression tests for the lambda-wrapped loop bodies: JAX caches control-flow bodies by
 hashing the callable, and hashing an `eqx.Module` that holds tracers is an error since
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import odesolve as ode
-from adjoints import JaxprClosure, TrivialClosure, closure_convert, shape_record
+from odesolve._closure import TracedFunction, shape_record, trace_once
 
 
 class Decay(eqx.Module):
@@ -103,119 +103,99 @@ def test_same_module_type_with_new_values_does_not_retrace():
     np.testing.assert_allclose(ys, expected(2.0)[0], rtol=1e-7)
 
 
-# ----------------------------------------------------------------- closure_convert
+# ----------------------------------------------------------------- trace_once
 
 
 def multiply(x, y):
     return x * y
 
 
-def test_closure_free_function_is_trivially_converted():
-    converted = closure_convert(multiply, 1.0, jnp.ones(3))
-    assert isinstance(converted, TrivialClosure)
-    np.testing.assert_array_equal(converted(2.0, jnp.arange(3.0)), [0.0, 2.0, 4.0])
+def test_a_plain_function_is_traced_and_called_through_its_trace():
+    traced = trace_once(multiply, jnp.asarray(1.0), jnp.ones(3))
+    assert isinstance(traced, TracedFunction) and not traced.own and not traced.captured
+    np.testing.assert_array_equal(traced(jnp.asarray(2.0), jnp.arange(3.0)), [0.0, 2.0, 4.0])
 
 
-def test_module_is_trivially_converted_and_its_arrays_are_leaves():
+def test_a_modules_arrays_are_its_own_leaves():
     rate = jnp.asarray(2.5)
-    converted = closure_convert(Decay(rate), 0.0, jnp.ones(2), None)
-    assert isinstance(converted, TrivialClosure)
-    assert any(leaf is rate for leaf in jtu.tree_leaves(converted))
-    np.testing.assert_array_equal(converted(0.0, jnp.ones(2), None), [-2.5, -2.5])
+    traced = trace_once(Decay(rate), 0.0, jnp.ones(2), None)
+    assert traced.own == [rate] and not traced.captured
+    np.testing.assert_array_equal(traced(0.0, jnp.ones(2), None), [-2.5, -2.5])
 
 
-def test_closure_over_an_array_becomes_a_jaxpr_with_the_array_as_a_leaf():
+def test_what_a_closure_captured_becomes_a_leaf():
     scale = jnp.arange(1.0, 4.0)
-    converted = closure_convert(lambda x: {"out": scale * x}, jnp.ones(3))
-    assert isinstance(converted, JaxprClosure)
-    assert any(np.array_equal(leaf, scale) for leaf in jtu.tree_leaves(converted))
-    out = converted(jnp.full(3, 2.0))
+    traced = trace_once(lambda x: {"out": scale * x}, jnp.ones(3))
+    assert any(np.array_equal(leaf, scale) for leaf in jtu.tree_leaves(traced))
+    out = traced(jnp.full(3, 2.0))
     assert set(out) == {"out"}
     np.testing.assert_array_equal(out["out"], [2.0, 4.0, 6.0])
 
 
-def test_closure_over_a_tracer_is_converted_inside_jit():
+def test_a_closure_over_a_tracer_is_traced_inside_jit():
     @jax.jit
     def run(scale, x):
-        converted = closure_convert(lambda v: scale * v, x)
-        assert isinstance(converted, JaxprClosure)
-        return converted(x)
+        traced = trace_once(lambda v: scale * v, x)
+        assert len(traced.captured) == 1
+        return traced(x)
 
     np.testing.assert_array_equal(run(jnp.asarray(3.0), jnp.arange(2.0)), [0.0, 3.0])
 
 
+def test_the_trace_is_kept_for_the_same_structure():
+    """Outside any trace a Module of the same type and shapes reuses the jaxpr (so the
+    solve's compilation is reused too), with its own new values."""
+    first = trace_once(Decay(jnp.asarray(1.0)), 0.0, jnp.ones(2), None)
+    again = trace_once(Decay(jnp.asarray(4.0)), 0.0, jnp.ones(2), None)
+    assert again.jaxpr is first.jaxpr
+    np.testing.assert_array_equal(again(0.0, jnp.ones(2), None), [-4.0, -4.0])
+    other = trace_once(Decay(jnp.asarray(4.0)), 0.0, jnp.ones(3), None)
+    assert other.jaxpr is not first.jaxpr
+
+
+def test_a_closure_over_an_eager_tracer_is_never_kept():
+    def value(rate):
+        traced = trace_once(lambda t, y, a: -rate * y, 0.0, jnp.ones(2), None)
+        return jnp.sum(traced(0.0, jnp.ones(2), None))
+
+    assert jax.grad(value)(1.0) == -2.0
+    assert jax.grad(value)(3.0) == -2.0  # a kept trace would hold the first call's tracer
+
+
 def test_shape_records_are_hashable_and_strip_weak_types():
-    weak = shape_record((1.0, jnp.ones(2)))
-    strong = shape_record((jnp.asarray(1.0, jnp.float64), jnp.ones(2)))
+    weak = shape_record((jnp.asarray(1.0), jnp.ones(2)))
+    strong = shape_record((jnp.asarray(1.0, jnp.asarray(1.0).dtype), jnp.ones(2)))
     assert weak == strong and hash(weak) == hash(strong)
     leaves, _ = weak
     assert all(isinstance(x, jax.ShapeDtypeStruct) and not x.weak_type for x in leaves)
     assert shape_record((jnp.ones(2),)) != shape_record((jnp.ones(3),))
 
 
-def converted_multiply(kind, *example_args):
-    scale = jnp.asarray(2.0)
-    fn = multiply if kind == "trivial" else (lambda x, y: scale * x * y)
-    return closure_convert(fn, *example_args), (1.0 if kind == "trivial" else 2.0)
+def test_a_python_number_is_baked_into_the_trace():
+    traced = trace_once(multiply, 1.0, jnp.ones(2))
+    np.testing.assert_array_equal(traced(1.0, jnp.ones(2)), [1.0, 1.0])
+    with pytest.raises(TypeError, match="traced for"):
+        traced(5.0, jnp.ones(2))
 
 
-KINDS = ["trivial", "jaxpr"]
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_converted_functions_have_hashable_static_structure(kind):
-    converted, _ = converted_multiply(kind, jnp.asarray(1.0), jnp.ones(2))
-    assert isinstance(converted, TrivialClosure if kind == "trivial" else JaxprClosure)
-    hash(jtu.tree_structure(converted))  # hashes the static fields
-    hash(converted.in_record)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_converted_from_a_python_scalar_accepts_a_strong_array(kind):
-    converted, factor = converted_multiply(kind, 1.0, jnp.ones(2))
-    if kind == "trivial":
-        # The record strips weak types, so a float example and a float64 array are one type.
-        out = converted(jnp.asarray(3.0, jnp.float64), jnp.ones(2))
-        np.testing.assert_array_equal(out, [3.0 * factor, 3.0 * factor])
-    else:
-        # A traced conversion baked the number in: any other argument is refused loudly.
-        with pytest.raises(TypeError, match="converted for"):
-            converted(jnp.asarray(3.0, jnp.float64), jnp.ones(2))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_converted_from_a_python_scalar_uses_the_scalar_it_is_called_with(kind):
-    converted, factor = converted_multiply(kind, 1.0, jnp.ones(2))
-    if kind == "trivial":
-        out = converted(5.0, jnp.ones(2))
-        np.testing.assert_array_equal(out, [5.0 * factor, 5.0 * factor])
-    else:
-        np.testing.assert_array_equal(converted(1.0, jnp.ones(2)), [factor, factor])
-        with pytest.raises(TypeError, match="converted for"):
-            converted(5.0, jnp.ones(2))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_converted_function_crosses_jit_with_its_record_static(kind):
-    converted, factor = converted_multiply(kind, jnp.asarray(1.0), jnp.ones(2))
+def test_a_traced_function_crosses_jit_with_its_record_static():
+    traced = trace_once(multiply, jnp.asarray(1.0), jnp.ones(2))
 
     @eqx.filter_jit
     def call(c, x, y):
-        assert c.in_record == converted.in_record  # still static data, not tracers
+        assert c.in_record == traced.in_record  # still static data, not tracers
         return c(x, y)
 
-    out = call(converted, jnp.asarray(3.0), jnp.ones(2))
-    np.testing.assert_array_equal(out, [3.0 * factor, 3.0 * factor])
-    assert jax.eval_shape(converted, jnp.asarray(1.0), jnp.ones(2)).shape == (2,)
+    np.testing.assert_array_equal(call(traced, jnp.asarray(3.0), jnp.ones(2)), [3.0, 3.0])
+    assert jax.eval_shape(traced, jnp.asarray(1.0), jnp.ones(2)).shape == (2,)
 
 
-@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     "args",
-    [(1.0, jnp.ones(3)), (1.0, jnp.ones(2, jnp.float32)), (1.0,)],
+    [(jnp.asarray(1.0), jnp.ones(3)), (jnp.asarray(1.0), jnp.ones(2, jnp.int32)), (jnp.ones(2),)],
     ids=["shape", "dtype", "arity"],
 )
-def test_calling_with_other_shapes_raises(kind, args):
-    converted, _ = converted_multiply(kind, 1.0, jnp.ones(2))
-    with pytest.raises(TypeError, match=r"converted for"):
-        converted(*args)
+def test_calling_with_other_arguments_raises(args):
+    traced = trace_once(multiply, jnp.asarray(1.0), jnp.ones(2))
+    with pytest.raises(TypeError, match="traced for"):
+        traced(*args)

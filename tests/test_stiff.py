@@ -11,7 +11,7 @@ import pytest
 import scipy.integrate
 
 import odesolve as ode
-from odesolve._solver._runge_kutta import StepContext
+from odesolve._solver import StepContext
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -248,7 +248,7 @@ def test_failed_newton_solve_is_an_infinite_error_and_a_factormin_shrink():
 
     @jax.jit
     def attempt():
-        step = solver.step(robertson, t0, h, y0, robertson(t0, y0, k), k, True, context)
+        step = solver.stages(robertson, t0, h, y0, robertson(t0, y0, k), k, True, context)
         _, state = controller.init(robertson, t0, t0 + h, y0, None, h, k, 3, None)
         return step, controller.adapt(t0, t0 + h, y0, step.y1, step.y_error, state, 3, None)
 

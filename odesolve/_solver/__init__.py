@@ -1,3 +1,5 @@
+from ._base import AbstractSolver as AbstractSolver
+from ._base import StepContext as StepContext
 from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._runge_kutta import AbstractRungeKutta as AbstractRungeKutta
 from ._tableau import ButcherTableau as ButcherTableau
@@ -19,10 +21,18 @@ from .explicit import (
 from .explicit import (
     Ralston as Ralston,
 )
+from .half import HalfSolver as HalfSolver
 from .kvaerno import ImplicitEuler as ImplicitEuler
 from .kvaerno import Kvaerno3 as Kvaerno3
 from .kvaerno import Kvaerno4 as Kvaerno4
 from .kvaerno import Kvaerno5 as Kvaerno5
+from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
+from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .root_finder import VeryChord as VeryChord
 from .root_finder import with_stepsize_controller_tols as with_stepsize_controller_tols
 from .tsit5 import Tsit5 as Tsit5
+
+# Diffrax's names for the same bases.
+AbstractERK = AbstractRungeKutta
+AbstractESDIRK = AbstractImplicitRungeKutta
+AbstractImplicitSolver = AbstractImplicitRungeKutta

@@ -22,7 +22,7 @@ stage equations.
 """
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -33,9 +33,10 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
-from ._runge_kutta import StepContext, StepResult
+from ._base import StepContext
+from ._runge_kutta import AbstractTableauMethod, Stages
 from ._tableau import ImplicitTableau
-from .root_finder import root_finder_tolerances
+from .root_finder import VeryChord, root_finder_tolerances
 
 # Newton iteration status.
 _RUNNING, _CONVERGED, _FAILED = 0, 1, 2
@@ -199,8 +200,12 @@ def _newton_settings(solver, context, y0, adaptive) -> NewtonSettings:
     dtype = y0.dtype
     rtol, atol, kappa = solver.newton_rtol, solver.newton_atol, solver.kappa
     if solver.root_finder is not None:
-        rtol, atol, finder_kappa = root_finder_tolerances(solver.root_finder)
-        kappa = kappa if finder_kappa is None else finder_kappa
+        finder_rtol, finder_atol, finder_kappa = root_finder_tolerances(solver.root_finder)
+        if finder_rtol is not None:
+            rtol, atol = finder_rtol, finder_atol
+        # Both default to VeryChord's kappa: whichever was set otherwise counts.
+        if finder_kappa is not None and finder_kappa != VeryChord.kappa:
+            kappa = finder_kappa
     if rtol is None and context is not None and context.tolerances is not None:
         rtol, atol = context.tolerances
     elif rtol is None:
@@ -227,7 +232,7 @@ def implicit_step(
     args: Any,
     with_error: bool,
     context: StepContext | None,
-) -> StepResult:
+) -> Stages:
     """One ESDIRK step given k0 = f(t0, y0). A stage whose Newton iterations fail makes
     the error estimate +inf (the controller rejects the step and shrinks it by its
     `factormin`); without error control (fixed steps) it makes y1 NaN, which the solve
@@ -248,7 +253,7 @@ def implicit_step(
         y_error = jnp.where(failed, jnp.inf, error)
     else:
         y1 = jnp.where(failed, jnp.nan, y1)
-    return StepResult(y1=y1, y_error=y_error, stages=tuple(ks), failed=failed)
+    return Stages(y1=y1, y_error=y_error, ks=tuple(ks), failed=failed)
 
 
 def _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobian):
@@ -284,7 +289,7 @@ def _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobia
     return ks, failed
 
 
-class AbstractImplicitRungeKutta(eqx.Module):
+class AbstractImplicitRungeKutta(AbstractTableauMethod):
     """An ESDIRK method given by its `tableau` (a class attribute), stepped by chord
     iterations on each stage.
 
@@ -307,19 +312,18 @@ class AbstractImplicitRungeKutta(eqx.Module):
       stages are solved by chord iterations whichever is passed.
     """
 
-    tableau: ClassVar[ImplicitTableau]
     jacobian: Callable | None = None
     newton_rtol: float | None = None
     newton_atol: float | None = None
     kappa: float = 1e-2
     max_iterations: int | None = None
     max_refreshes: int | None = None
-    root_finder: Any = None
+    root_finder: Any = VeryChord()
 
     def __check_init__(self):
         if self.root_finder is not None:
-            root_finder_tolerances(self.root_finder)  # refuses one without tolerances
-            if self.newton_rtol is not None:
+            rtol, _, _ = root_finder_tolerances(self.root_finder)  # refuses one without
+            if self.newton_rtol is not None and rtol is not None:
                 raise ValueError(
                     "root_finder=... and newton_rtol/newton_atol both set the Newton "
                     "tolerances: pass one of them."
@@ -336,19 +340,7 @@ class AbstractImplicitRungeKutta(eqx.Module):
         if self.max_refreshes is not None and self.max_refreshes < 0:
             raise ValueError(f"max_refreshes={self.max_refreshes}: must be >= 0.")
 
-    def order(self, terms: Any = None) -> int:
-        return self.tableau.order
-
-    def error_order(self, terms: Any = None) -> int:
-        return self.tableau.error_order or self.tableau.order
-
-    @property
-    def adaptive(self) -> bool:
-        return self.tableau.b_error is not None
-
-    def step(
-        self, vf, t0, h, y0, k0, args, with_error: bool, context: StepContext | None = None
-    ) -> StepResult:
+    def stages(self, vf, t0, h, y0, k0, args, with_error, context) -> Stages:
         if not jnp.iscomplexobj(y0):
             return implicit_step(self.tableau, self, vf, t0, h, y0, k0, args, with_error, context)
         # A complex state is stepped as its real and imaginary parts: the Newton iterations
@@ -363,8 +355,8 @@ class AbstractImplicitRungeKutta(eqx.Module):
             with_error, context,
         )  # fmt: skip
         error = None if step.y_error is None else _as_complex(step.y_error)
-        stages = tuple(map(_as_complex, step.stages))
-        return StepResult(_as_complex(step.y1), error, stages, step.failed)
+        ks = tuple(map(_as_complex, step.ks))
+        return Stages(_as_complex(step.y1), error, ks, step.failed)
 
 
 def _as_real(z: Array) -> Array:

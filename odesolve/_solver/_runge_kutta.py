@@ -5,45 +5,16 @@ Stages are unrolled at trace time: the tableau is static, so each stage input
 coefficients dropped, and there is no stage loop for reverse mode to recompute.
 """
 
+import abc
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
-from jaxtyping import Array, Float
+import jax
+from jaxtyping import Array, Bool, Float
 
-from ._tableau import ButcherTableau
-
-
-class StepContext(eqx.Module):
-    """What the step loop tells a solver beyond the step itself. Explicit methods need
-    none of it; implicit ones derive their Newton tolerances from it.
-
-    - `tolerances`: the controller's (rtol, atol), or None (fixed step sizes).
-    - `direction`: +1 or -1, the sign of t1 - t0: the vector field a solver is given runs
-      in tau = direction * t, so a user-supplied Jacobian must be mapped the same way.
-    - `spec`: the static layout of the user's state (`FlatSpec`).
-    """
-
-    tolerances: tuple | None
-    direction: Any
-    spec: Any = eqx.field(static=True)
-
-
-class StepResult(eqx.Module):
-    """One attempted step from (t0, y0) with size h.
-
-    - `y1`: (n,) candidate solution at t0 + h.
-    - `y_error`: (n,) local error estimate, or None (no embedded method / not needed).
-    - `stages`: tuple of s arrays (n,), the derivatives k_i; the last is f(t1, y1) for
-      FSAL methods.
-    - `failed`: whether an implicit stage's Newton iterations failed (None: explicit).
-    """
-
-    y1: Float[Array, " n"]
-    y_error: Float[Array, " n"] | None
-    stages: tuple
-    failed: Any = None
+from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
+from ._tableau import ButcherTableau, ImplicitTableau
 
 
 def _combine(base, h, coeffs, ks):
@@ -57,7 +28,17 @@ def _combine(base, h, coeffs, ks):
     return acc if base is None else base + h * acc
 
 
-def rk_step(
+class Stages(eqx.Module):
+    """A tableau step's stages: y1, its error estimate, the stage derivatives k_i (the
+    last is f(t1, y1) for first-same-as-last methods) and whether a stage failed."""
+
+    y1: Float[Array, " n"]
+    y_error: Float[Array, " n"] | None
+    ks: tuple[Float[Array, " n"], ...]
+    failed: Bool[Array, ""] | None = None
+
+
+def rk_stages(
     tableau: ButcherTableau,
     vf: Callable,
     t0: Float[Array, ""],
@@ -66,7 +47,7 @@ def rk_step(
     k0: Float[Array, " n"],
     args: Any,
     with_error: bool,
-) -> StepResult:
+) -> Stages:
     """Take one step of `tableau` given k0 = f(t0, y0)."""
     ks = [k0]
     stage_y = y0
@@ -78,13 +59,32 @@ def rk_step(
     y_error = None
     if with_error and tableau.b_error is not None:
         y_error = h * _combine(None, h, tableau.b_error, ks)
-    return StepResult(y1=y1, y_error=y_error, stages=tuple(ks))
+    return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
 
 
-class AbstractRungeKutta(eqx.Module):
-    """An explicit Runge-Kutta method given by its `tableau` (a class attribute)."""
+class AbstractTableauMethod(AbstractSolver):
+    """A Runge-Kutta method given by its `tableau` (a class attribute): explicit or
+    diagonally implicit. It carries f(t, y) from step to step when the tableau is first
+    same as last, and its dense output is the tableau's interpolant on the stages.
+    `scan_stages` is accepted for Diffrax's signature: it changes how Diffrax compiles
+    the stages, never the result, and here explicit stages are always unrolled."""
 
-    tableau: ClassVar[ButcherTableau]
+    tableau: eqx.AbstractClassVar[ButcherTableau | ImplicitTableau]
+    scan_stages: bool = eqx.field(default=False, kw_only=True, static=True)
+
+    @abc.abstractmethod
+    def stages(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: Any,
+        with_error: bool,
+        context: StepContext | None,
+    ) -> Stages:
+        """The step's stages given k0 = f(t0, y0)."""
 
     def order(self, terms: Any = None) -> int:
         return self.tableau.order
@@ -92,31 +92,50 @@ class AbstractRungeKutta(eqx.Module):
     def error_order(self, terms: Any = None) -> int:
         # The controller's exponent is 1/error_order; following Diffrax (and Hairer's
         # 1/(min(p, p_hat) + 1)) this is the order of the solution.
-        return self.tableau.order
+        return getattr(self.tableau, "error_order", None) or self.tableau.order
 
     @property
     def adaptive(self) -> bool:
         return self.tableau.b_error is not None
 
-    def step(
-        self, vf, t0, h, y0, k0, args, with_error: bool, context: StepContext | None = None
+    @property
+    def interpolation(self) -> tuple[tuple[float, ...], ...]:
+        return tuple(self.tableau.interp[i] for i in self.tableau.interp_stages)
+
+    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+        return k0 if self.tableau.fsal else None
+
+    def advance(
+        self,
+        vf: StepField,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y0: Float[Array, " n"],
+        state: Any,
+        made_jump: Bool[Array, ""] | None,
+        args: Any,
+        with_error: bool,
+        context: StepContext | None,
     ) -> StepResult:
-        return rk_step(self.tableau, vf, t0, h, y0, k0, args, with_error)
+        k0 = _first_stage(self.tableau.fsal, vf, t0, y0, state, made_jump, args)
+        out = self.stages(vf, t0, h, y0, k0, args, with_error, context)
+        dense = tuple(out.ks[i] for i in self.tableau.interp_stages)
+        state = out.ks[-1] if self.tableau.fsal else None
+        return StepResult(out.y1, out.y_error, dense, state, out.failed)
 
 
-def interpolation_weights(
-    interp: Float[Array, "s d"], theta: Float[Array, "*m"]
-) -> Float[Array, "*m s"]:
-    """w_i(theta) = sum_p interp[i, p] theta^(p+1), so y = y0 + h sum_i w_i k_i."""
-    degree = interp.shape[1]
-    powers = jnp.stack([theta ** (p + 1) for p in range(degree)], axis=-1)
-    return powers @ interp.T
+def _first_stage(fsal, vf, t0, y0, carried, made_jump, args):
+    """f(t0, y0): carried by first-same-as-last methods, and evaluated again after a
+    jump (the step then starts just past it, and this is the right limit)."""
+    if not fsal:
+        return vf.at_start(t0, y0, args)
+    if made_jump is None:
+        return carried
+    return jax.lax.cond(made_jump, lambda: vf.at_start(t0, y0, args), lambda: carried)
 
 
-def interpolation_slopes(
-    interp: Float[Array, "s d"], theta: Float[Array, "*m"]
-) -> Float[Array, "*m s"]:
-    """d w_i / d theta, so dy/dt = sum_i w_i'(theta) k_i."""
-    degree = interp.shape[1]
-    powers = jnp.stack([(p + 1) * theta**p for p in range(degree)], axis=-1)
-    return powers @ interp.T
+class AbstractRungeKutta(AbstractTableauMethod):
+    """An explicit Runge-Kutta method given by its `tableau` (a class attribute)."""
+
+    def stages(self, vf, t0, h, y0, k0, args, with_error, context) -> Stages:
+        return rk_stages(self.tableau, vf, t0, h, y0, k0, args, with_error)

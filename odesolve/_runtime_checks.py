@@ -1,0 +1,81 @@
+"""What can only be known while solving: checks of traced inputs, the final result, and
+raising a failure (`throw=True`)."""
+
+from typing import Any
+
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from adjoints import trace_time_value
+
+from ._config import Config, Params
+from ._results import RESULTS, SolveError, failure_message, is_okay
+from ._solution import Solution
+from ._validate import resolution
+
+
+def input_checks(config: Config, params: Params) -> Any:
+    """Checks of traced inputs, which can only fail at run time (concrete ones were
+    checked before tracing, with trace-time errors). Written so that NaN fails each
+    check (a comparison with NaN is False)."""
+    result = jnp.asarray(RESULTS.successful, jnp.int32)
+    t_start, t_end, dt0 = params.t_start, params.t_end, params.dt0
+    if dt0 is not None:
+        # (t1 = inf with an event: the resolution near t0.)
+        t_far = jnp.where(jnp.isfinite(t_end), t_end, t_start)
+        t_max = jnp.maximum(jnp.abs(t_start), jnp.abs(t_far))
+        fine = dt0 >= resolution(jax.lax.stop_gradient(t_max), t_start.dtype)
+        bad_dt0 = ~(jnp.isfinite(dt0) & fine) & (t_end > t_start)
+        result = jnp.where(bad_dt0, RESULTS.invalid_dt0, result)
+    for save_ts in params.save_ts:
+        if save_ts is None:
+            continue
+        ts = save_ts[:-1]
+        ordered = jnp.all(ts[1:] >= ts[:-1]) & (ts[0] >= t_start) & (ts[-1] <= t_end)
+        result = jnp.where(ordered & jnp.all(jnp.isfinite(ts)), result, RESULTS.invalid_save_times)
+    valid = params.controller.times_are_valid(t_start, t_end)
+    result = jnp.where(valid, result, RESULTS.invalid_step_times)
+    # t1 = inf is allowed only for an event to end the solve (checked at trace time).
+    finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | (config.event is not None))
+    return jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
+
+
+def final_result(config: Config, params: Params, result: Any, t: Any, y: Any) -> Any:
+    unfinished = (result == RESULTS.successful.value) & (t < params.t_end)
+    result = jnp.where(unfinished, RESULTS.max_steps_reached, result)
+    if not config.needs_error:
+        # Fixed steps never reject, so a blow-up only shows in the state.
+        bad = (result == RESULTS.successful.value) & ~jnp.all(jnp.isfinite(y))
+        result = jnp.where(bad, RESULTS.nonfinite_state, result)
+    return result
+
+
+def raise_if_failed(sol: Solution) -> Solution:
+    """`throw=True`. Outside any transformation the result is known here: raise one
+    `SolveError` with our message. Inside one, a host callback raises it when the program
+    runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
+    code = trace_time_value(sol.result)
+    if code is not None:
+        failed = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
+        if failed:
+            raise SolveError(failure_message(max(failed)))
+        return sol
+    # One code however large a `vmap` batch is (the largest failure code over the batch,
+    # `unvmap_max`): a batched callback would be unrolled into one per sample, thousands
+    # of operations to compile for an ensemble. Not `eqx.error_if`: under `jit(grad)` it
+    # trips `jax.checking_leaks()`.
+    failed = ~is_okay(sol.result)
+    code = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful))
+    jax.lax.cond(
+        code != RESULTS.successful.value,
+        lambda c: jax.debug.callback(_raise_failure, c),
+        lambda c: None,
+        code,
+    )
+    return sol
+
+
+def _raise_failure(code: Any) -> None:
+    raise SolveError(failure_message(RESULTS(int(code))))

@@ -1,0 +1,346 @@
+"""Saving: the only module that knows the output layout.
+
+Saving never adds a loop. Steps that contain a requested save time write their
+interpolation data into a row buffer as they go; after the loop, rows are turned into
+`sol.ts` and `sol.ys`. Each output (`SaveAt`, or each `SubSaveAt` of `SaveAt(subs=...)`)
+has its own buffers: one for its save times, one for its saved steps; dense output has
+one more, shared. Every buffer has a scratch last row: a write that is not due goes
+there and is dropped (see `adjoints.Loop`).
+
+Times here are internal (tau = direction * t); outputs are in the user's time.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jaxtyping import Array, Bool, Int
+
+from adjoints import Write
+
+from . import _interpolation
+from ._flat import FlatSpec, flat_spec, state_dtype
+from ._saveat import SaveAt, SubSaveAt, save_y
+from ._solution import DenseInterpolation, StepRows
+
+
+class Output(eqx.Module):
+    """One output's layout, fixed at trace time. `steps_spec`: the flat layout of
+    `fn`'s output, for saved steps (None when steps are not saved)."""
+
+    t0: bool = eqx.field(static=True)
+    t1: bool = eqx.field(static=True)
+    has_ts: bool = eqx.field(static=True)
+    every: int = eqx.field(static=True)
+    fn: Callable = eqx.field(static=True)
+    steps_spec: FlatSpec | None = eqx.field(static=True)
+
+
+class Layout(eqx.Module):
+    """Every output of a solve, dense output, and the bound that sizes step buffers."""
+
+    outputs: tuple[Output, ...] = eqx.field(static=True)
+    dense: bool = eqx.field(static=True)
+    max_steps: int | None = eqx.field(static=True)
+
+    @property
+    def has_ts(self) -> bool:
+        return any(o.has_ts for o in self.outputs)
+
+    @property
+    def records(self) -> bool:
+        """The loop emits output rows at all."""
+        return self.has_ts or self.dense or any(o.every for o in self.outputs)
+
+
+def layout(saveat: SaveAt, t0: Any, y0: Any, args: Any, max_steps: int | None) -> Layout:
+    outputs = saveat.outputs
+    if (saveat.dense or any(o.every for o in outputs)) and max_steps is None:
+        raise ValueError(
+            "max_steps=None cannot be combined with SaveAt(steps=...) or SaveAt(dense=True): "
+            "their outputs are sized by max_steps. Pass an integer max_steps."
+        )
+    return Layout(tuple(_output(o, t0, y0, args) for o in outputs), bool(saveat.dense), max_steps)
+
+
+def _output(sub: SubSaveAt, t0: Any, y0: Any, args: Any) -> Output:
+    spec = None
+    if sub.every:
+        out = jax.eval_shape(sub.fn, t0, y0, args)
+        spec = flat_spec(out, state_dtype(jtu.tree_leaves(out)))
+    return Output(bool(sub.t0), bool(sub.t1), sub.ts is not None, sub.every, sub.fn, spec)
+
+
+def save_times(saveat: SaveAt, direction: Any, dtype: Any) -> tuple[Array | None, ...]:
+    """Each output's save times in tau, with an inf sentinel after the last (None: no
+    `ts`)."""
+    return tuple(
+        None if o.ts is None else jnp.append(direction * jnp.asarray(o.ts, dtype), jnp.inf)
+        for o in saveat.outputs
+    )
+
+
+# ------------------------------------------------------------------ in the loop
+
+
+class OutputState(eqx.Module):
+    """Progress of one output (None where it saves no such rows): `ts_index` save times
+    done, `next_save` the first not done (inf once all are; one at or before the solve's
+    time is due); `steps_due` the last step is still to be saved, `steps_row` rows
+    saved so far."""
+
+    ts_index: Int[Array, ""] | None
+    next_save: Array | None
+    steps_due: Bool[Array, ""] | None
+    steps_row: Int[Array, ""] | None
+
+
+class SaveState(eqx.Module):
+    """Progress of every output, and of dense output (`dense_due`, `dense_row`)."""
+
+    outputs: tuple[OutputState, ...]
+    dense_due: Bool[Array, ""] | None
+    dense_row: Int[Array, ""] | None
+
+
+def initial_state(layout: Layout, save_ts: tuple) -> SaveState:
+    zero, no = jnp.zeros((), jnp.int32), jnp.asarray(False)
+    outputs = tuple(
+        OutputState(
+            zero if o.has_ts else None,
+            ts[0] if o.has_ts else None,
+            no if o.every else None,
+            zero if o.every else None,
+        )
+        for o, ts in zip(layout.outputs, save_ts)
+    )
+    return SaveState(outputs, no if layout.dense else None, zero if layout.dense else None)
+
+
+def after_step(layout: Layout, state: SaveState, accept: Array, accepted: Array) -> SaveState:
+    """Mark the step just taken for saving: `accepted` steps so far, this one included."""
+    outputs = tuple(
+        s
+        if not o.every
+        else eqx.tree_at(lambda s: s.steps_due, s, accept & (accepted % o.every == 0))
+        for o, s in zip(layout.outputs, state.outputs)
+    )
+    return SaveState(outputs, accept if layout.dense else None, state.dense_row)
+
+
+def pending(state: SaveState, t: Array) -> Bool[Array, ""]:
+    """Output is due: a save time at or before `t`, or an unrecorded step."""
+    due = jnp.asarray(False)
+    for s in state.outputs:
+        if s.next_save is not None:
+            due = due | (t >= s.next_save)
+        if s.steps_due is not None:
+            due = due | s.steps_due
+    if state.dense_due is not None:
+        due = due | state.dense_due
+    return due
+
+
+class Moment(eqx.Module):
+    """What `emit` reads of the loop: where the solve is (`t`, flat `y`), the last
+    step's interpolant `row` = (t0, y0, dense vectors) ending at `t`, `table` its
+    coefficients, `spec` the state's layout, `direction` tau's sign, `args` the
+    field's."""
+
+    t: Array
+    y: Array
+    row: Any
+    table: tuple = eqx.field(static=True)
+    spec: FlatSpec = eqx.field(static=True)
+    direction: Any
+    args: Any
+
+
+def emit(
+    layout: Layout, save_ts: tuple, state: SaveState, now: Moment, times: Callable
+) -> tuple[SaveState, tuple[Write, ...]]:
+    """Record one piece of due output: a `Write` per buffer (see `buffers`). `times`
+    gives the step times as the step used them (with or without their derivative)."""
+    writes: list[Write] = []
+    outputs = []
+    for o, s, ts in zip(layout.outputs, state.outputs, save_ts):
+        if o.has_ts:
+            due = now.t >= s.next_save
+            t0, t1, t = times(now.row[0], now.t, s.next_save)
+            h, theta = _interpolation.position(t0, t1, t)
+            value = _interpolation.value(now.table, now.row[1], h, theta, now.row[2])
+            writes.append(Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value))
+            index = s.ts_index + due.astype(jnp.int32)
+            s = eqx.tree_at(lambda s: (s.ts_index, s.next_save), s, (index, ts[index]))
+        if o.every:
+            t_user = now.direction * now.t
+            saved = o.fn(t_user, now.spec.unravel(now.y), now.args)
+            scratch = layout.max_steps // o.every
+            row = jnp.where(s.steps_due, s.steps_row, scratch)
+            writes.append(Write(row, (t_user, o.steps_spec.ravel(saved))))
+            s = OutputState(s.ts_index, s.next_save, jnp.zeros_like(s.steps_due),
+                            s.steps_row + s.steps_due.astype(jnp.int32))  # fmt: skip
+        outputs.append(s)
+    dense_due, dense_row = state.dense_due, state.dense_row
+    if layout.dense:
+        t0, y0, ks = now.row
+        row = jnp.where(dense_due, dense_row, layout.max_steps)
+        writes.append(Write(row, (t0, now.t, y0, jnp.stack(ks))))
+        dense_row = dense_row + dense_due.astype(jnp.int32)
+        dense_due = jnp.zeros_like(dense_due)
+    return SaveState(tuple(outputs), dense_due, dense_row), tuple(writes)
+
+
+# ------------------------------------------------------------------ buffers
+
+
+def buffers(layout: Layout, save_ts: tuple, spec: FlatSpec, width: int, time_dtype: Any) -> tuple:
+    """Output buffers in `emit`'s order, each with one scratch row at the end. `width`:
+    how many dense vectors a step has."""
+    n, dtype = spec.size, spec.dtype
+    out: list[Any] = []
+    for o, ts in zip(layout.outputs, save_ts):
+        if o.has_ts:
+            out.append(jnp.full((ts.shape[0], n), jnp.inf, dtype))
+        if o.every:
+            rows = layout.max_steps // o.every + 1
+            times = jnp.full((rows,), jnp.inf, time_dtype)
+            out.append((times, jnp.full((rows, o.steps_spec.size), jnp.inf, o.steps_spec.dtype)))
+    if layout.dense:
+        rows = layout.max_steps + 1
+        out.append(
+            (
+                jnp.full((rows,), jnp.inf, time_dtype),
+                jnp.full((rows,), jnp.inf, time_dtype),
+                jnp.zeros((rows, n), dtype),
+                jnp.zeros((rows, width, n), dtype),
+            )
+        )
+    return tuple(out)
+
+
+def max_emits(layout: Layout, save_ts: tuple) -> int:
+    """Bound on emit ticks: one per save time, one per recorded step."""
+    emits = sum(ts.shape[0] - 1 for ts in save_ts if ts is not None)
+    if layout.dense or any(o.every for o in layout.outputs):
+        emits += layout.max_steps
+    return emits
+
+
+# ------------------------------------------------------------------ after the loop
+
+
+class Finish(eqx.Module):
+    """What the outputs are made from: the solve's start `t_start` and `y0`, its end `t`
+    and `y` (tau, flat), `accepted` steps, and `cut`, the event time if one stopped it."""
+
+    t_start: Array
+    y0: Array
+    t: Array
+    y: Array
+    accepted: Int[Array, ""]
+    cut: Array | None
+    direction: Any
+    args: Any
+    spec: FlatSpec = eqx.field(static=True)
+
+
+def outputs(
+    layout: Layout, save_ts: tuple, state: SaveState, end: Finish, buffers: tuple, table: tuple
+) -> tuple[list, list, DenseInterpolation | None]:
+    """(ts, ys) of every output, and the dense interpolant (or None)."""
+    rest = list(buffers)
+    all_ts, all_ys = [], []
+    for o, s, ts in zip(layout.outputs, state.outputs, save_ts):
+        ts_rows = rest.pop(0) if o.has_ts else None
+        step_rows = rest.pop(0) if o.every else None
+        t, y = _one_output(layout, o, s, ts, end, ts_rows, step_rows)
+        all_ts.append(t)
+        all_ys.append(y)
+    dense = _dense(state, end, rest.pop(0), table) if layout.dense else None
+    return all_ts, all_ys, dense
+
+
+def _one_output(layout, o, s, ts, end, ts_rows, step_rows):
+    """Rows in the order t0, ts, steps, t1; each part a (ts, ys) pair."""
+    d = end.direction
+    parts = []
+    if o.t0:
+        parts.append(_saved(o, end, d * end.t_start[None], end.y0[None]))
+    if o.has_ts:
+        tau = ts[:-1]
+        # A solve stopped early (max_steps with throw=False) leaves its later rows unused:
+        # inf, in ts as in ys.
+        rows = jnp.arange(tau.shape[0], dtype=s.ts_index.dtype)
+        times = jnp.where(rows < s.ts_index, d * tau, jnp.inf)
+        parts.append(_before(end.cut, tau, *_saved(o, end, times, ts_rows[:-1])))
+    if o.every:
+        parts.append(_steps(layout, o, s, end, step_rows))
+    if o.t1 and not o.every:
+        parts.append(_saved(o, end, d * end.t[None], end.y[None]))
+    ts_out = jnp.concatenate([p[0] for p in parts])
+    ys_out = jtu.tree_map(lambda *leaves: jnp.concatenate(leaves), *[p[1] for p in parts])
+    return ts_out, ys_out
+
+
+def _saved(o: Output, end: Finish, t: Array, flat_rows: Array) -> tuple[Array, Any]:
+    ys = end.spec.unravel_rows(flat_rows)
+    if o.fn is not save_y:
+        ys = jax.vmap(lambda t_, y_: o.fn(t_, y_, end.args))(t, ys)
+    return t, ys
+
+
+def _before(cut, tau, ts, ys):
+    """Save times after an event (tau > cut) were not reached: inf, as unused rows."""
+    if cut is None:
+        return ts, ys
+    valid = tau <= cut
+    ts = jnp.where(valid, ts, jnp.inf)
+    mask = lambda y: jnp.where(valid.reshape(valid.shape + (1,) * (y.ndim - 1)), y, jnp.inf)
+    return ts, jtu.tree_map(mask, ys)
+
+
+def _steps(layout: Layout, o: Output, s: OutputState, end: Finish, rows: tuple):
+    """Rows saved every `every` accepted steps. As in Diffrax, t1 is saved as one more
+    row when the last step was not saved, and the output has max_steps // every rows (one
+    more if that does not divide max_steps). After an event (`cut`), the step that
+    crossed it ends later: its row is replaced by the event's."""
+    t_rows, y_rows = rows
+    count = s.steps_row
+    dropped = jnp.asarray(False)
+    if end.cut is not None:
+        last = jnp.maximum(count - 1, 0)
+        dropped = (count > 0) & (end.direction * t_rows[last] > end.cut)
+        count = count - dropped.astype(jnp.int32)
+    if o.t1 or end.cut is not None:
+        missing = ((end.accepted % o.every != 0) & o.t1) | dropped
+        t_final = end.direction * end.t
+        saved = o.fn(t_final, end.spec.unravel(end.y), end.args)
+        row = jnp.where(missing, count, t_rows.shape[0] - 1)
+        t_rows = t_rows.at[row].set(t_final)
+        y_rows = y_rows.at[row].set(o.steps_spec.ravel(saved))
+        count = count + missing.astype(jnp.int32)
+    size = layout.max_steps // o.every
+    if o.t1 and layout.max_steps % o.every:
+        size += 1
+    valid = jnp.arange(size, dtype=jnp.int32) < count
+    ts = jnp.where(valid, t_rows[:size], jnp.inf)
+    ys = jnp.where(valid[:, None], y_rows[:size], jnp.inf)
+    return ts, o.steps_spec.unravel_rows(ys)
+
+
+def _dense(state: SaveState, end: Finish, rows: tuple, table: tuple) -> DenseInterpolation:
+    t_start, t_end, y_rows, stage_rows = rows
+    count = state.dense_row
+    # No step (t0 == t1): the interpolant is the point y0, a row of zero length.
+    empty = count == 0
+    t_start = t_start.at[0].set(jnp.where(empty, end.t_start, t_start[0]))
+    t_end = t_end.at[0].set(jnp.where(empty, end.t_start, t_end[0]))
+    y_rows = y_rows.at[0].set(jnp.where(empty, end.y0, y_rows[0]))
+    stage_rows = stage_rows.at[0].set(jnp.where(empty, 0, stage_rows[0]))
+    steps = StepRows(t_start, t_end, y_rows, stage_rows, jnp.maximum(count, 1))
+    d = end.direction
+    return DenseInterpolation(steps, table, end.spec, d, d * end.t_start, d * end.t)

@@ -1,0 +1,174 @@
+"""What every solver is: `AbstractSolver`, and what a step hands back.
+
+The step loop works on one flat state vector in internal time tau (see `_flat` and
+`_field`), and asks a solver for two things: `start`, the state it carries from step to
+step (a first-same-as-last derivative, a second state, a previous point), and `advance`,
+one attempted step. A step returns its new state, an error estimate, and the vectors its
+dense output is made of: y(theta) = y0 + h sum_i w_i(theta) dense_i, the weights given by
+the solver's `interpolation` table (see `_interpolation`).
+
+Diffrax's low-level API (`init`, `step`, `func`) works on the user's PyTree state and
+real time, for people who write their own loops; it is built on the same two methods.
+"""
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jaxtyping import Array, Bool, Float
+
+from .._flat import FlatSpec, flat_spec, state_dtype
+from .._results import RESULTS
+from .._term import ODETerm
+
+# A vector field on a flat state: f(t, y, args).
+Field = Callable[[Any, Any, Any], Any]
+
+
+class StepField(eqx.Module):
+    """The vector field as a step is given it. Calling it evaluates a stage: the loop
+    makes that `Rematerialised` (reverse mode keeps the stage's input, not the field's
+    intermediate values). `at_start` evaluates it at the step's start (t0, y0), whose
+    inputs reverse mode keeps anyway, so it is not rematerialised: that would evaluate
+    the field twice more when the step is reversed."""
+
+    stages: Field
+    plain: Field
+
+    def __call__(self, t: Any, y: Any, args: Any) -> Any:
+        return self.stages(t, y, args)
+
+    def at_start(self, t: Any, y: Any, args: Any) -> Any:
+        return self.plain(t, y, args)
+
+
+class StepContext(eqx.Module):
+    """What the step loop tells a solver beyond the step itself. Explicit methods need
+    none of it; implicit ones derive their Newton tolerances from it.
+
+    - `tolerances`: the controller's (rtol, atol), or None (fixed step sizes).
+    - `direction`: +1 or -1, the sign of t1 - t0: the vector field a solver is given runs
+      in tau = direction * t, so a user-supplied Jacobian must be mapped the same way.
+    - `spec`: the static layout of the user's state (`FlatSpec`).
+    """
+
+    tolerances: tuple[Any, Any] | None
+    direction: Any
+    spec: FlatSpec | None = eqx.field(static=True)
+
+
+class StepResult(eqx.Module):
+    """One attempted step from (t0, y0) with size h.
+
+    - `y1`: (n,) candidate solution at t0 + h.
+    - `y_error`: (n,) local error estimate, or None (no estimate, or none asked for).
+    - `dense`: the vectors (n,) the step's interpolant is made of, one per row of the
+      solver's `interpolation` table.
+    - `state`: what the solver carries to the next step if this one is accepted.
+    - `failed`: whether an implicit stage's Newton iterations failed (None: explicit).
+    """
+
+    y1: Float[Array, " n"]
+    y_error: Float[Array, " n"] | None
+    dense: tuple[Float[Array, " n"], ...]
+    state: Any
+    failed: Bool[Array, ""] | None = None
+
+
+class AbstractSolver(eqx.Module):
+    """A one-step method on the flat state. Subclasses are abstract or final."""
+
+    @abc.abstractmethod
+    def order(self, terms: Any = None) -> int:
+        """Order of the solution."""
+
+    @abc.abstractmethod
+    def error_order(self, terms: Any = None) -> int:
+        """The controller's step-size exponent is 1 / error_order."""
+
+    @property
+    @abc.abstractmethod
+    def adaptive(self) -> bool:
+        """Whether steps come with an error estimate (for `PIDController`)."""
+
+    @property
+    @abc.abstractmethod
+    def interpolation(self) -> tuple[tuple[float, ...], ...]:
+        """Dense-output coefficients, one row per vector of `StepResult.dense`."""
+
+    @abc.abstractmethod
+    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+        """The state carried into the first step, given k0 = f(t0, y0)."""
+
+    @abc.abstractmethod
+    def advance(
+        self,
+        vf: StepField,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y0: Float[Array, " n"],
+        state: Any,
+        made_jump: Bool[Array, ""] | None,
+        args: Any,
+        with_error: bool,
+        context: StepContext | None,
+    ) -> StepResult:
+        """One step. `made_jump`: the last step ended on a discontinuity, so whatever
+        the state holds of f at t0 is its left limit (None: there are no jumps)."""
+
+    # ------------------------------------------------- Diffrax's low-level API
+
+    def init(self, terms: ODETerm, t0: Any, t1: Any, y0: Any, args: Any) -> Any:
+        """The solver state before the first step (opaque: pass it to `step`)."""
+        spec, field = _flat_problem(terms, y0, args)
+        y = spec.ravel(y0)
+        return self.start(field, t0, y, field(t0, y, args), args)
+
+    def step(
+        self,
+        terms: ODETerm,
+        t0: Any,
+        t1: Any,
+        y0: Any,
+        args: Any,
+        solver_state: Any,
+        made_jump: Any,
+    ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
+        """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
+        Diffrax's `solver.step`. y_error is None for a method without an estimate."""
+        spec, field = _flat_problem(terms, y0, args)
+        t0 = jnp.asarray(t0)
+        context = StepContext(None, jnp.ones((), t0.dtype), spec)
+        out = self.advance(
+            StepField(field, field),
+            t0,
+            jnp.asarray(t1, t0.dtype) - t0,
+            spec.ravel(y0),
+            solver_state,
+            jnp.asarray(made_jump),
+            args,
+            self.adaptive,
+            context,
+        )
+        result = RESULTS.successful
+        if out.failed is not None:
+            result = jnp.where(out.failed, RESULTS.nonlinear_divergence, result)
+        y_error = None if out.y_error is None else spec.unravel(out.y_error)
+        dense_info = dict(y0=y0, y1=spec.unravel(out.y1), k=out.dense)
+        return spec.unravel(out.y1), y_error, dense_info, out.state, result
+
+    def func(self, terms: ODETerm, t0: Any, y0: Any, args: Any) -> Any:
+        """The vector field at (t0, y0)."""
+        return terms.vf(t0, y0, args)
+
+
+def _flat_problem(terms: ODETerm, y0: Any, args: Any) -> tuple[FlatSpec, Field]:
+    spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
+
+    def field(t: Any, y: Any, args: Any) -> Any:
+        return spec.ravel(terms.vf(t, spec.unravel(y), args))
+
+    return spec, field

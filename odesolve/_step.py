@@ -1,0 +1,201 @@
+"""The loop's carry and one step of it.
+
+The loop is one `lax.while_loop` (run by the adjoint) whose carry is `State`. Time is
+internal, tau = direction * t, and always runs forwards; the state is one flat vector.
+Each feature keeps its own part of the carry: saving (`_saving.SaveState`), events
+(`_event.EventState`), the solver's and the controller's states.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int
+
+from adjoints import Write
+
+from . import _event, _saving
+from ._config import Config, Params
+from ._field import OneTrace, Rematerialised
+from ._results import RESULTS
+from ._solver._base import StepContext, StepField, StepResult
+
+
+class State(eqx.Module):
+    """The loop carry. `t` is where the next step starts, `t_next` where it should end.
+
+    - `solver_state`: what the solver carries between steps; `made_jump`: the last
+      accepted step ended on a jump time (None: no jump times).
+    - `row`: (t0, y0, dense vectors) of the last step, its interpolant, ending at `t`
+      (None when no output or event reads it).
+    - `saving`, `event`, `meter_last`: each feature's part (None when it is off).
+    """
+
+    t: Any
+    t_next: Any
+    y: Any
+    solver_state: Any
+    made_jump: Bool[Array, ""] | None
+    controller_state: Any
+    num_steps: Int[Array, ""]
+    num_accepted: Int[Array, ""]
+    result: Int[Array, ""]
+    row: Any
+    saving: _saving.SaveState
+    event: _event.EventState | None
+    meter_last: Any
+
+
+def times(config: Config, *ts: Any) -> tuple:
+    """Step times as the step uses them: without a derivative when none can flow."""
+    return tuple(jax.lax.stop_gradient(t) for t in ts) if config.static_times else ts
+
+
+def clipped_to_end(params: Params, start: Any, end: Any) -> Any:
+    """Where a step from `start` proposed to end at `end` ends: never past t_end, and at
+    t_end when it would leave less than 1% of its length to go (no sliver of a last step,
+    and no step of a few ulps left by rounding in start + dt)."""
+    end = jnp.minimum(end, params.t_end)
+    return jnp.where(params.t_end - end <= 0.01 * (end - start), params.t_end, end)
+
+
+def initial_state(
+    config: Config, params: Params, y0: Any, initial_result: Any, meter_last: Any
+) -> State:
+    vf, args, t0 = params.vf, params.args, params.t_start
+    k0 = vf(t0, y0, args)
+    t_next, controller_state = params.controller.init(
+        vf, t0, params.t_end, y0, k0, params.dt0, args, config.solver.error_order(), config.spec
+    )
+    result = jnp.where(
+        jnp.all(jnp.isfinite(k0)), initial_result, RESULTS.nonfinite_initial_derivative
+    )
+    event = None
+    if config.event is not None:
+        event = _event.initial_state(params.conditions, t0, y0, args)
+        at_start = _event.any_fired(event) & (result == RESULTS.successful.value)
+        result = jnp.where(at_start, RESULTS.event_occurred, result)
+    zero = jnp.zeros((), jnp.int32)
+    return State(
+        t=t0,
+        t_next=clipped_to_end(params, t0, t_next),
+        y=y0,
+        solver_state=config.solver.start(vf, t0, y0, k0, args),
+        made_jump=jnp.asarray(False) if config.jumps else None,
+        controller_state=controller_state,
+        num_steps=zero,
+        num_accepted=zero,
+        result=jnp.asarray(result, jnp.int32),
+        row=_empty_row(config, t0, y0) if config.carries_row else None,
+        saving=_saving.initial_state(config.saving, params.save_ts),
+        event=event,
+        meter_last=meter_last,
+    )
+
+
+def _empty_row(config: Config, t0: Any, y0: Any) -> tuple:
+    return (t0, y0, tuple(jnp.zeros_like(y0) for _ in config.table))
+
+
+def keep_going(config: Config, params: Params, state: State) -> Bool[Array, ""]:
+    going = (state.t < params.t_end) & (state.result == RESULTS.successful.value)
+    if config.max_steps is not None:
+        going = going & (state.num_steps < config.max_steps)
+    return going
+
+
+def step(config: Config, params: Params, state: State) -> State:
+    t0, t1 = times(config, state.t, state.t_next)
+    # Implicit solvers take their Newton tolerances from the controller (see StepContext).
+    context = StepContext(params.controller.tolerances(), params.direction, config.spec)
+    vf = StepField(Rematerialised(params.vf, OneTrace()), params.vf)
+    out = config.solver.advance(
+        vf, t0, t1 - t0, state.y, state.solver_state, state.made_jump, params.args,
+        config.needs_error, context,
+    )  # fmt: skip
+    proposal = params.controller.adapt(
+        t0, t1, state.y, out.y1, out.y_error, state.controller_state,
+        config.solver.error_order(), config.spec,
+    )  # fmt: skip
+    accept = jnp.asarray(proposal.accept)
+    t_new, jumped = _next_start(params, accept, t0, t1)
+    next_end = clipped_to_end(params, t_new, proposal.next_end)
+    result = _step_result(config, params, out, proposal.result, t_new, next_end)
+    num_accepted = state.num_accepted + accept.astype(jnp.int32)
+    y_new = jnp.where(accept, out.y1, state.y)
+    event = state.event
+    if config.event is not None:
+        event = _event.after_step(
+            config.event, params.conditions, event, accept, t_new, y_new, params.args
+        )
+        stop = _event.any_fired(event) & (result == RESULTS.successful.value)
+        result = jnp.where(stop, RESULTS.event_occurred, result)
+    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b), new, old)
+    return State(
+        t=t_new,
+        t_next=next_end,
+        y=y_new,
+        solver_state=keep(out.state, state.solver_state),
+        made_jump=None if jumped is None else jnp.where(accept, jumped, state.made_jump),
+        controller_state=proposal.state,
+        num_steps=state.num_steps + 1,
+        num_accepted=num_accepted,
+        result=jnp.where(state.result == RESULTS.successful.value, result, state.result),
+        row=(t0, state.y, out.dense) if config.carries_row else None,
+        saving=_saving.after_step(config.saving, state.saving, accept, num_accepted),
+        event=event,
+        meter_last=_report_progress(config, params, state, t_new),
+    )
+
+
+def _next_start(params: Params, accept: Any, t0: Any, t1: Any) -> tuple[Any, Any]:
+    """Where the next step starts, and whether this one stopped at a jump (None: no
+    jump times). Across a jump the next step starts just after it (its right limit):
+    t1 is the float below the jump time."""
+    t_new = jnp.where(accept, t1, t0)
+    stops = params.controller.jump_stops() if params.controller.has_jumps else None
+    if stops is None:
+        return t_new, None
+    jumped = accept & jnp.any(stops == t1)
+    # A shift of two ulps: as a time it moves with t1 (nextafter has no derivative).
+    fixed = jax.lax.stop_gradient(t1)
+    past = jnp.nextafter(jnp.nextafter(fixed, jnp.inf), jnp.inf)
+    return jnp.where(jumped, t1 + (past - fixed), t_new), jumped
+
+
+def _step_result(
+    config: Config, params: Params, out: StepResult, proposed: Any, t_new: Any, next_end: Any
+) -> Any:
+    # Every step rejected until t + dt == t: report it rather than spin to max_steps.
+    underflow = (next_end <= t_new) & (t_new < params.t_end)
+    result = jnp.where(underflow, RESULTS.step_size_underflow, proposed)
+    if out.failed is not None and not config.needs_error:
+        # Fixed steps cannot reject a step whose Newton iterations failed: say so.
+        result = jnp.where(out.failed, RESULTS.nonlinear_divergence, result)
+    return result
+
+
+def _report_progress(config: Config, params: Params, state: State, t_new: Any) -> Any:
+    if state.meter_last is None:
+        return None
+    # Reported, never differentiated (the meter's callback has no derivative).
+    progress = jax.lax.stop_gradient((t_new - params.t_start) / (params.t_end - params.t_start))
+    return config.meter.step(config.meter_key, progress, state.meter_last, state.num_steps + 1)
+
+
+def pending(state: State) -> Bool[Array, ""]:
+    return _saving.pending(state.saving, state.t)
+
+
+def emit(config: Config, params: Params, state: State) -> tuple[State, tuple[Write, ...]]:
+    """Record one piece of due output (see `adjoints.Loop`)."""
+    if not config.saving.records:
+        return state, ()
+    now = _saving.Moment(
+        state.t, state.y, state.row, config.table, config.spec, params.direction, params.args
+    )
+    saving, writes = _saving.emit(
+        config.saving, params.save_ts, state.saving, now, lambda *ts: times(config, *ts)
+    )
+    return eqx.tree_at(lambda s: s.saving, state, saving), writes
