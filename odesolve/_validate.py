@@ -129,10 +129,14 @@ def _check_resolution(c0, c1, cdt, dtype) -> None:
         )
 
 
-def _check_save_ts(ts, c0, c1):
+def _check_save_ts(ts, c0, c1, time_dtype):
+    """Compared as the solve will compare them, in the time dtype: a float32 grid
+    ending at float32(pi) ends at t1=pi."""
     if ts is None or not is_concrete(ts):
         return
-    ts = np.asarray(ts, dtype=float)
+    ts = np.asarray(ts, dtype=time_dtype)
+    if c0 is not None and c1 is not None:
+        c0, c1 = (np.asarray(c, time_dtype).item() for c in (c0, c1))
     if not np.all(np.isfinite(ts)):
         i = int(np.argmax(~np.isfinite(ts)))
         raise ValueError(f"SaveAt(ts=...) has ts[{i}]={ts[i]}: save times must be finite.")
@@ -277,8 +281,6 @@ def normalise_inputs(
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
     c0, c1 = _check_times(t0, t1, dt0, controller, event)
-    for output in saveat.outputs:
-        _check_save_ts(output.ts, c0, c1)
     # Read before converting: under `jit` a converted Python number is a tracer.
     cdt = _concrete(dt0) if dt0 is not None else None
     times = [x for x in (t0, t1, dt0) if x is not None]
@@ -287,6 +289,8 @@ def normalise_inputs(
     # Time is real: a complex state's precision counts, not its type.
     real_leaves = [real_dtype(leaf.dtype) for leaf in jtu.tree_leaves(y0)]
     time_dtype = widest_float(*times, *real_leaves, jnp.float32)
+    for output in saveat.outputs:
+        _check_save_ts(output.ts, c0, c1, time_dtype)
     _check_resolution(c0, c1, cdt, time_dtype)
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.

@@ -329,3 +329,14 @@ def test_traced_save_ts_change_values_without_retracing():
     assert len(traces) == count
     np.testing.assert_allclose(first, np.sin([0.3, 1.0, 1.9]), atol=1e-7)
     np.testing.assert_allclose(second, np.sin([0.1, 0.2, 2.0]), atol=1e-7)
+
+
+def test_a_float32_grid_ending_at_a_rounded_t1_is_accepted():
+    """float32(pi) > pi: save times are compared with t0 and t1 in the time dtype, as the
+    solve uses them, so a float32 grid built with t1 as its end lies within [t0, t1]."""
+    ts = jnp.linspace(0.0, jnp.pi, 4, dtype=jnp.float32)
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), 0.0, np.pi, 0.1,
+        jnp.asarray(1.0, jnp.float32), saveat=ode.SaveAt(ts=ts),
+    )  # fmt: skip
+    np.testing.assert_allclose(sol.ys, np.exp(-np.asarray(ts)), rtol=1e-3)
