@@ -16,30 +16,31 @@ does not (`vmap(grad(f))`). A reverse sweep cannot tell those two apart, so it m
 sum over the batch by itself.
 """
 
-from typing import Any
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax.custom_batching import custom_vmap
+from jaxtyping import Array, Float, PyTree
 
 from ._concrete import is_concrete
 
 
 @custom_vmap
-def _probe(leaves: list) -> jax.Array:
+def _probe(leaves: list[Array]) -> Float[Array, "1 0"]:
     return jnp.zeros((1, 0), jnp.float32)
 
 
 @_probe.def_vmap
-def _probe_batched(size: int, in_batched: list, leaves: list):
+def _probe_batched(
+    size: int, in_batched: list[bool], leaves: list[Array]
+) -> tuple[Float[Array, "size batch 0"], bool]:
     # Under nested `vmap`s the leaves are batched by the outer ones too: ask them.
     outer = batch_size(leaves)
     return jnp.zeros((size, size * outer, 0), jnp.float32), True
 
 
-def batch_size(*trees: Any) -> int:
+def batch_size(*trees: PyTree) -> int:
     """The number of copies of a computation that the `vmap`s around this call run: the
     product of the sizes of the nested `vmap`s over which some array leaf of `trees` is
     batched (1 if none). A `vmap` outside an enclosing `jax.jit` is not seen: the jitted

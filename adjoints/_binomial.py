@@ -12,10 +12,12 @@ every recomputation in the reverse sweep.
 """
 
 from math import comb
+from typing import overload
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jaxtyping import Array, Int
 
 
 def beta(s: int, t: int) -> int:
@@ -31,7 +33,15 @@ def forward_steps(n: int, s: int) -> int:
     return t * n - beta(s + 1, t - 1)
 
 
-def next_checkpoint(base, target, free):
+@overload
+def next_checkpoint(base: int, target: int, free: int | Int[Array, ""]) -> int: ...
+@overload
+def next_checkpoint(
+    base: Int[Array, ""], target: Int[Array, ""], free: Int[Array, ""]
+) -> Int[Array, ""]: ...
+def next_checkpoint(
+    base: int | Int[Array, ""], target: int | Int[Array, ""], free: int | Int[Array, ""]
+) -> int | Int[Array, ""]:
     """Where to store the next state when holding the state before tick `base` and needing
     the state before tick `target`, with `free` unused slots (free >= 1).
 
@@ -60,7 +70,13 @@ def _split_python(base: int, target: int, f: int, reps: int, reach: int) -> int:
     return target + 1 - b2 - b3
 
 
-def _split_traced(base, target, f, reps, reach):
+def _split_traced(
+    base: Int[Array, ""],
+    target: Int[Array, ""],
+    f: Int[Array, ""],
+    reps: Int[Array, ""],
+    reach: Int[Array, ""],
+) -> Int[Array, ""]:
     """`_split_python` on int32 scalars, branch-free."""
     one = jnp.int32(1)
     ticks = target + 1 - base
@@ -85,11 +101,17 @@ def _next_checkpoint_python(base: int, target: int, free: int) -> int:
     return _split_python(base, target, f, reps, reach)
 
 
-def _next_checkpoint_traced(base, target, free):
+# (repetition number, beta(f, repetition number)) while searching for the repetition number.
+_Counts = tuple[Int[Array, ""], Int[Array, ""]]
+
+
+def _next_checkpoint_traced(
+    base: int | Int[Array, ""], target: int | Int[Array, ""], free: int | Int[Array, ""]
+) -> Int[Array, ""]:
     f = jnp.asarray(free + 1, jnp.int32)
     ticks = jnp.asarray(target + 1 - base, jnp.int32)
 
-    def grow(state):
+    def grow(state: _Counts) -> _Counts:
         reps, reach = state
         reps = reps + 1
         return reps, reach * (reps + f) // reps

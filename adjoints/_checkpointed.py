@@ -19,21 +19,35 @@ composition asks for it (`grad(vmap(f))`), and keeps them apart where it does no
 (`vmap(grad(f))`, `jax.jacrev`).
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jaxtyping import Array, PyTree
 
 from ._forward import forward_sweep
-from ._loop import Loop, run_plain
+from ._loop import Buffers, Loop, Plain, run_plain
 from ._packing import is_float
-from ._sweep import scratch_writes, split_floats
+from ._sweep import Sweep, scratch_writes, split_floats
+
+if TYPE_CHECKING:  # the schedules import modules that import this one
+    from ._schedule import AbstractSchedule
+
+# `choose(loop, init, params, diff, batch_size)`: the schedule for a differentiated loop.
+ChooseSchedule = Callable[[Loop, PyTree, PyTree, PyTree[bool], int], "AbstractSchedule"]
 
 
 @eqx.filter_custom_vjp
-def _differentiable_loop(params_and_init, buffers, *, loop, choose):
+def _differentiable_loop(
+    params_and_init: tuple[PyTree, PyTree],
+    buffers: Buffers,
+    *,
+    loop: Loop,
+    choose: ChooseSchedule,
+) -> Plain:
     params, init = params_and_init
     return run_plain(loop, params, init, buffers)
 
@@ -43,7 +57,14 @@ def _differentiable_loop(params_and_init, buffers, *, loop, choose):
 # forward sweep hands it to the reverse sweep (a reverse sweep under `jax.jacrev` runs
 # batched over cotangents after an unbatched forward sweep).
 @_differentiable_loop.def_fwd
-def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
+def _fwd(
+    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    params_and_init: tuple[PyTree, PyTree],
+    buffers: Buffers,
+    *,
+    loop: Loop,
+    choose: ChooseSchedule,
+) -> tuple[Plain, Sweep]:
     params, init = params_and_init
     diff = _diff(perturbed, params)
     schedule = choose(loop, init, params, diff, loop.batch_size)
@@ -53,7 +74,16 @@ def _fwd(perturbed, params_and_init, buffers, *, loop, choose):
 
 
 @_differentiable_loop.def_bwd
-def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
+def _bwd(
+    sweep: Sweep,
+    grad_obj: tuple[PyTree, Buffers],
+    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    params_and_init: tuple[PyTree, PyTree],
+    buffers: Buffers,
+    *,
+    loop: Loop,
+    choose: ChooseSchedule,
+) -> tuple[PyTree, PyTree]:
     params, init = params_and_init
     diff = _diff(perturbed, params)
     ct_final, ct_buffers = grad_obj
@@ -68,16 +98,16 @@ def _bwd(sweep, grad_obj, perturbed, params_and_init, buffers, *, loop, choose):
     return ct_params, ct_init
 
 
-def _diff(perturbed, params):
+def _diff(perturbed: tuple[PyTree[bool], PyTree[bool]], params: PyTree) -> PyTree[bool]:
     """Which parameter leaves are differentiated: a parameter that is not (save times, the
     controller's tolerances) would otherwise get a cotangent accumulated every step."""
     return jtu.tree_map(lambda p, x: bool(p) and is_float(x), perturbed[0], params)
 
 
-def _materialise(ct, shapes):
+def _materialise(ct: PyTree, shapes: PyTree[jax.ShapeDtypeStruct]) -> PyTree:
     """Replace symbolic-zero (None) cotangents by zeros; non-float leaves stay None."""
 
-    def one(c, s):
+    def one(c: Array | None, s: jax.ShapeDtypeStruct | None) -> Array | None:
         if s is None or not jnp.issubdtype(s.dtype, jnp.inexact):
             return None
         return jnp.zeros(s.shape, s.dtype) if c is None else c
@@ -85,7 +115,9 @@ def _materialise(ct, shapes):
     return jtu.tree_map(one, ct, shapes, is_leaf=lambda x: x is None)
 
 
-def checkpointed_loop(loop: Loop, choose: Any, params: Any, init: Any, buffers: tuple):
+def checkpointed_loop(
+    loop: Loop, choose: ChooseSchedule, params: PyTree, init: PyTree, buffers: Buffers
+) -> Plain:
     """Run `loop` so that reverse mode differentiates it by the schedule that
     `choose(loop, init, params, diff, batch_size)` returns (called only when it is
     differentiated; `diff` says which parameter leaves are, `batch_size` how many samples

@@ -14,22 +14,25 @@ import math
 import jax
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
+from jaxtyping import PyTree
 
-from ._loop import Loop, apply_writes
+from ._loop import Buffers, Loop, Plain, Write, apply_writes
 from ._sweep import num_ticks_bound, scratch_writes
 
 _DECISION = "odesolve_step_decision"
 
 
-def bounded_loop(loop: Loop, params, init, buffers: tuple):
+def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
+    """Run `loop` as `lax.scan`s over blocks of ticks up to its bound (see above)."""
     bound = num_ticks_bound(loop)
     block = max(1, math.isqrt(bound))
     blocks = -(-bound // block)
     scratch = scratch_writes(buffers)
 
-    def step(carry):
+    def step(carry: PyTree) -> tuple[PyTree, tuple[Write, ...]]:
         carry, writes = loop.tick(params, carry, scratch)
         if loop.decision is not None:
+            assert loop.replay is not None  # a loop with decisions replays them
             # Recomputed blocks must take the forward sweep's step sizes: a decision
             # (an adaptive step size) is a difference of nearly equal numbers, and the
             # block compiled again for the reverse sweep rounds differently, so it would
@@ -39,7 +42,7 @@ def bounded_loop(loop: Loop, params, init, buffers: tuple):
             carry = loop.replay(carry, decision)
         return carry, writes
 
-    def tick(state, _):
+    def tick(state: Plain, _: None) -> tuple[Plain, None]:
         carry, bufs = state
         carry, writes = lax.cond(loop.going(params, carry), step, lambda c: (c, scratch), carry)
         return (carry, apply_writes(bufs, writes)), None
@@ -47,7 +50,7 @@ def bounded_loop(loop: Loop, params, init, buffers: tuple):
     @functools.partial(
         jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(_DECISION)
     )
-    def run_block(state, _):
+    def run_block(state: Plain, _: None) -> tuple[Plain, None]:
         state, _ = lax.scan(tick, state, None, length=block)
         return state, None
 

@@ -8,23 +8,28 @@ whether they are (see `_batching.batch_aware`).
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import equinox as eqx
 import equinox.internal as eqxi
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool
+
+Small = TypeVar("Small")  # a PyTree: the carry that is selected per sample
+Large = TypeVar("Large")  # a PyTree: the carry written only through scratch rows
+T = TypeVar("T")  # a PyTree
 
 
 def lockstep_while(
-    cond: Callable,
-    body: Callable,
-    small: Any,
-    large: Any,
+    cond: Callable[[Small, Large], Bool[Array, ""]],
+    body: Callable[[Small, Large, Bool[Array, ""]], tuple[Small, Large]],
+    small: Small,
+    large: Large,
     batched: bool = True,
     body_keeps: bool = False,
-) -> tuple[Any, Any]:
+) -> tuple[Small, Large]:
     """`lax.while_loop` over the carry (small, large) that stays cheap under `vmap`.
 
     Under `vmap` a batched predicate makes JAX's while loop select between the old and new
@@ -43,7 +48,7 @@ def lockstep_while(
             lambda s: cond(*s), lambda s: body(*s, jnp.asarray(True)), (small, large)
         )
 
-    def outer_cond(state):
+    def outer_cond(state: tuple[Small, Large]) -> Bool[Array, ""]:
         return eqxi.unvmap_any(cond(*state))
 
     # Batched from the start, as the loop makes them anyway. JAX's while-loop batching
@@ -54,7 +59,7 @@ def lockstep_while(
     start = cond(small, large)
     small = jtu.tree_map(lambda x: jnp.where(start, x, x) if eqx.is_array(x) else x, small)
 
-    def outer_body(state):
+    def outer_body(state: tuple[Small, Large]) -> tuple[Small, Large]:
         active = cond(*state)
         new_small, new_large = body(*state, active)
         if body_keeps:
@@ -65,7 +70,7 @@ def lockstep_while(
     return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
-def if_any(active, fn: Callable, otherwise: Callable):
+def if_any(active: Bool[ArrayLike, ""], fn: Callable[[], T], otherwise: Callable[[], T]) -> T:
     """`fn()` where `active`, else `otherwise()`, for a batched `active` under `vmap`:
     `fn` runs only when some sample is active. Each round of a lockstep loop ends with a
     step; the last round, which only emits, would otherwise pay for a whole step (a
@@ -73,12 +78,12 @@ def if_any(active, fn: Callable, otherwise: Callable):
     return lax.cond(eqxi.unvmap_any(active), fn, otherwise)
 
 
-def tree_where(active, new: Any, old: Any) -> Any:
+def tree_where(active: Bool[ArrayLike, ""], new: T, old: T) -> T:
     """`new` where `active`, else `old`, leaf by leaf."""
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
-def where_any(active, fn: Callable, old: Any) -> Any:
+def where_any(active: Bool[ArrayLike, ""], fn: Callable[[], T], old: T) -> T:
     """`fn()` where `active`, else `old`; under `vmap`, `fn` runs only when some sample is
     active (see `if_any`).
 

@@ -21,21 +21,44 @@ output bookkeeping on every step.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import lockstep_while, where_any
+
+if TYPE_CHECKING:
+    from ._residuals import Layout
 
 
 class Write(eqx.Module):
     """Store `value` (a PyTree matching one row of a buffer) at `row` (int scalar)."""
 
-    row: Any
-    value: Any
+    row: Int[ArrayLike, ""]
+    value: PyTree
+
+
+Buffers = tuple[PyTree, ...]  # a loop's output buffers, each with a scratch last row
+Plain = tuple[PyTree, Buffers]  # (carry, buffers): what running a loop gives
+
+
+class StepMemo:
+    """What tracing a loop's step found, kept as long as the loop: one solve. Choosing a
+    schedule, the forward sweep and the reverse sweep each need the layout of a step's
+    linearisation (`_residuals.layout_of`), and tracing a step is the dearest part of
+    compiling a gradient.
+
+    Hashed and compared by identity (a static field must be hashable): a loop rebuilt from
+    its treedef, as the custom VJP's forward and backward passes rebuild it, shares it."""
+
+    def __init__(self) -> None:
+        # (signature of the step's inputs, layout); searched by equality, as a signature
+        # may hold unhashable static leaves.
+        self.layouts: list[tuple[tuple[Any, ...], Layout]] = []
 
 
 class Loop(eqx.Module):
@@ -62,23 +85,28 @@ class Loop(eqx.Module):
     - `batch_size`: how many loops run together under `vmap` (see `_batching`): they run
       in lockstep and share a memory budget. It changes how the work is scheduled, never
       what is computed.
+    - `memo`: what tracing the loop's step found (see `StepMemo`); made with the loop,
+      never passed.
     """
 
-    cond: Callable = eqx.field(static=True)
-    body: Callable = eqx.field(static=True)
-    pending: Callable = eqx.field(static=True)
-    emit: Callable = eqx.field(static=True)
+    cond: Callable[[PyTree, PyTree], Bool[Array, ""]] = eqx.field(static=True)
+    body: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True)
+    pending: Callable[[PyTree], Bool[Array, ""]] = eqx.field(static=True)
+    emit: Callable[[PyTree, PyTree], tuple[PyTree, tuple[Write, ...]]] = eqx.field(static=True)
     max_steps: int | None = eqx.field(static=True, default=None)
     max_emits: int = eqx.field(static=True, default=0)
-    decision: Callable | None = eqx.field(static=True, default=None)
-    replay: Callable | None = eqx.field(static=True, default=None)
+    decision: Callable[[PyTree], Array] | None = eqx.field(static=True, default=None)
+    replay: Callable[[PyTree, Array], PyTree] | None = eqx.field(static=True, default=None)
     num_steps: int | None = eqx.field(static=True, default=None)
     batch_size: int = eqx.field(static=True, default=1)
+    memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
-    def going(self, params: Any, carry: Any) -> Any:
+    def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:
         return self.cond(params, carry) | self.pending(carry)
 
-    def tick(self, params: Any, carry: Any, scratch_writes: tuple) -> tuple[Any, tuple]:
+    def tick(
+        self, params: PyTree, carry: PyTree, scratch_writes: tuple[Write, ...]
+    ) -> tuple[PyTree, tuple[Write, ...]]:
         """One emit or one step: the unit reverse mode differentiates. A step writes
         `scratch_writes` (rows that are dropped), so both branches have one structure."""
         if self.max_emits == 0:  # nothing is ever pending: no branch
@@ -91,16 +119,18 @@ class Loop(eqx.Module):
         )
 
 
-def scratch_row(buffer: Any) -> int:
+def scratch_row(buffer: PyTree) -> int:
     """Index of a buffer's last row, the scratch row that dropped writes go to."""
     return jtu.tree_leaves(buffer)[0].shape[0] - 1
 
 
-def apply_writes(buffers: tuple, writes: tuple, active: Any = True) -> tuple:
+def apply_writes(
+    buffers: Buffers, writes: tuple[Write, ...], active: Bool[ArrayLike, ""] = True
+) -> Buffers:
     """Store each write in its buffer; an inactive write (see `lockstep_while`) goes to
     the buffer's last row, a scratch row. Under `vmap` a batched row becomes a scatter."""
 
-    def put(buffer, write):
+    def put(buffer: PyTree, write: Write) -> PyTree:
         row = jnp.where(active, write.row, scratch_row(buffer))
         return jtu.tree_map(
             lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), row, 0),
@@ -111,25 +141,25 @@ def apply_writes(buffers: tuple, writes: tuple, active: Any = True) -> tuple:
     return tuple(put(b, w) for b, w in zip(buffers, writes, strict=True))
 
 
-def run_plain(loop: Loop, params: Any, init: Any, buffers: tuple) -> tuple[Any, tuple]:
+def run_plain(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
     """Run `loop` with `lax.while_loop`s: forward mode (jvp) works, reverse mode does not."""
 
-    def steps_cond(carry):
+    def steps_cond(carry: PyTree) -> Bool[Array, ""]:
         return loop.cond(params, carry) & ~loop.pending(carry)
 
-    def steps_body(carry):
+    def steps_body(carry: PyTree) -> PyTree:
         return loop.body(params, carry)
 
-    def steps_then_emit(carry, bufs, active):
+    def steps_then_emit(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
         carry = lax.while_loop(lambda c: steps_cond(c), lambda c: steps_body(c), carry)
         carry, writes = loop.emit(params, carry)
         return carry, apply_writes(bufs, writes, active)
 
-    def emit_tick(carry, bufs, active):
+    def emit_tick(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
         new, writes = loop.emit(params, carry)
         return new, apply_writes(bufs, writes, active)
 
-    def emits_then_step(carry, bufs, active):
+    def emits_then_step(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
         """Under `vmap`: emits first, then one step, so that a step runs once per step of
         the slowest sample rather than at every tick where some sample steps."""
         carry, bufs = lockstep_while(

@@ -11,9 +11,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import DTypeLike
+from jaxtyping import Array, Inexact, Int, PyTree
+
+# A packed PyTree (see `Packing`): its float leaves raveled into one row, its other leaves
+# as int32 into another.
+Row = tuple[Inexact[Array, " floats"], Int[Array, " ints"]]
+# Rows of packed PyTrees, one per slot (a stored state, a tape row).
+Rows = tuple[Inexact[Array, "rows floats"], Int[Array, "rows ints"]]
 
 
-def cast(x: Any, dtype: Any) -> Any:
+def cast(x: Array, dtype: DTypeLike) -> Array:
     """`x.astype(dtype)`, taking the real part explicitly where a complex value goes to a
     real dtype (a real leaf stored beside complex ones; an implicit cast is deprecated)."""
     if jnp.iscomplexobj(x) and not jnp.issubdtype(dtype, jnp.complexfloating):
@@ -30,13 +38,13 @@ class Packing(eqx.Module):
     """Stores a carry as two flat rows, one float and one int32, so that saving a state
     is two row writes instead of one per leaf (which matters per tick on XLA:CPU)."""
 
-    treedef: Any = eqx.field(static=True)
-    shapes: tuple = eqx.field(static=True)
-    dtypes: tuple = eqx.field(static=True)
-    float_dtype: Any = eqx.field(static=True)
+    treedef: jtu.PyTreeDef = eqx.field(static=True)
+    shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    dtypes: tuple[DTypeLike, ...] = eqx.field(static=True)
+    float_dtype: DTypeLike = eqx.field(static=True)
 
     @staticmethod
-    def of(carry):
+    def of(carry: PyTree) -> "Packing":
         leaves, treedef = jtu.tree_flatten(jax.eval_shape(lambda: carry))
         floats = [x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
         float_dtype = jnp.result_type(*floats) if floats else jnp.float32
@@ -47,22 +55,23 @@ class Packing(eqx.Module):
             float_dtype,
         )
 
-    def _is_float(self, dtype):
+    def _is_float(self, dtype: DTypeLike) -> bool:
         return jnp.issubdtype(dtype, jnp.inexact)
 
-    def sizes(self):
+    def sizes(self) -> tuple[int, int]:
+        """Lengths of the float and the int row."""
         f = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if self._is_float(d))
         i = sum(math.prod(s) for s, d in zip(self.shapes, self.dtypes) if not self._is_float(d))
         return f, i
 
-    def pack(self, carry):
+    def pack(self, carry: PyTree) -> Row:
         leaves = jtu.tree_leaves(carry)
         floats = [jnp.ravel(x).astype(self.float_dtype) for x in leaves if self._is_float(x.dtype)]
         ints = [jnp.ravel(x).astype(jnp.int32) for x in leaves if not self._is_float(x.dtype)]
         cat = lambda xs, d: jnp.concatenate(xs) if xs else jnp.zeros((0,), d)
         return cat(floats, self.float_dtype), cat(ints, jnp.int32)
 
-    def unpack(self, row):
+    def unpack(self, row: Row) -> PyTree:
         floats, ints = row
         leaves, fi, ii = [], 0, 0
         for shape, dtype in zip(self.shapes, self.dtypes):
@@ -75,6 +84,7 @@ class Packing(eqx.Module):
                 ii += size
         return jtu.tree_unflatten(self.treedef, leaves)
 
-    def empty(self, n):
+    def empty(self, n: int) -> Rows:
+        """`n` rows of zeros."""
         f, i = self.sizes()
         return jnp.zeros((n, f), self.float_dtype), jnp.zeros((n, i), jnp.int32)

@@ -17,6 +17,7 @@ every step and are not stored:
 The rest are packed into one float row and one int32 row per step (see `Packing`).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -24,15 +25,26 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jax.extend.core import Literal
+from jax.extend.core import Jaxpr, Literal
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._concrete import is_concrete
-from ._packing import Packing, is_float
+from ._loop import Loop
+from ._packing import Packing, Rows, is_float
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
+# A step's linearisation: (tangents of the differentiated parameters, of the carry's float
+# leaves) -> tangent of the new carry's float leaves. A PyTree whose leaves are residuals.
+Linearisation = Callable[[PyTree, PyTree], PyTree]
+# A step's VJP: cotangent of the new carry's float leaves -> those of (differentiated
+# parameters, the carry's float leaves).
+StepVJP = Callable[[PyTree], tuple[PyTree, PyTree]]
 
-def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
+
+def linearise(
+    loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree
+) -> tuple[PyTree, Linearisation]:
     """One step of `loop` from `carry`, and its linearisation: a linear function of the
     tangents of (the differentiated parameters, the carry's float leaves) giving that of
     the new carry's float leaves (`transposed` makes it the step's VJP). `diff`: which
@@ -40,7 +52,7 @@ def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
     params_f, params_s = eqx.partition(params, diff)
     carry_f, carry_s = eqx.partition(carry, is_float)
 
-    def step(pf, cf):
+    def step(pf: PyTree, cf: PyTree) -> tuple[PyTree, PyTree]:
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
         return eqx.partition(new, is_float)
 
@@ -48,7 +60,7 @@ def linearise(loop: Any, params: Any, diff: Any, carry: Any) -> tuple[Any, Any]:
     return eqx.combine(new_f, new_s), lin
 
 
-def transposed(lin: Any, params_f: Any, carry_f: Any):
+def transposed(lin: Linearisation, params_f: PyTree, carry_f: PyTree) -> StepVJP:
     """The VJP of a step from its linearisation: (cotangent of the new carry's float
     leaves) -> those of (`params_f`, `carry_f`); these give only shapes and dtypes."""
     return lambda ct: jax.linear_transpose(lin, params_f, carry_f)(ct)
@@ -61,12 +73,16 @@ class Layout:
     build their own from the same step, so both agree on the order of the taped leaves.
     """
 
-    def __init__(self, linearisation: Any, params: Any, tangents: Any):
+    def __init__(
+        self, linearisation: Linearisation, params: PyTree, tangents: tuple[PyTree, PyTree]
+    ) -> None:
         self.tangents = tangents  # shapes of (differentiated params, carry float leaves)
         leaves, self.treedef = jtu.tree_flatten(linearisation)
         param_leaves = jtu.tree_leaves(params)
-        self.kinds, self.consts = [], []
-        taped = []
+        # Per leaf of the linearisation: where it comes from, and its index there.
+        self.kinds: list[tuple[str, int]] = []
+        self.consts: list[ArrayLike] = []
+        taped: list[Array] = []
         for leaf in leaves:
             where = [i for i, p in enumerate(param_leaves) if leaf is p]
             if where:
@@ -79,11 +95,11 @@ class Layout:
                 taped.append(leaf)
         self.packing = Packing.of(tuple(taped))
 
-    def fold(self, constants: dict) -> None:
+    def fold(self, constants: dict[int, np.ndarray]) -> None:
         """Make taped leaves known to be constants (taped position -> value) constants:
         a tableau coefficient multiplying a stage is a residual of the step, traced as a
         value but the same on every step, and need not be stored."""
-        kept = []
+        kept: list[int] = []
         for n, (kind, i) in enumerate(self.kinds):
             if kind != _TAPED:
                 continue
@@ -96,38 +112,39 @@ class Layout:
         shapes = [(self.packing.shapes[i], self.packing.dtypes[i]) for i in kept]
         self.packing = Packing.of(tuple(jnp.zeros(shape, dtype) for shape, dtype in shapes))
 
-    def taped(self, linearisation: Any) -> tuple:
+    def taped(self, linearisation: Linearisation) -> tuple[Array, ...]:
         """The leaves of `linearisation` (traced like the one this layout was built from) to
         store."""
         leaves = jtu.tree_leaves(linearisation)
         return tuple(x for x, (kind, _) in zip(leaves, self.kinds) if kind == _TAPED)
 
-    def rebuild(self, taped: tuple, params: Any) -> Any:
+    def rebuild(self, taped: tuple[Array, ...], params: PyTree) -> Linearisation:
         """The step's linearisation, from its stored leaves and the loop's parameters."""
         param_leaves = jtu.tree_leaves(params)
         sources = {_TAPED: taped, _PARAM: param_leaves, _CONST: self.consts}
         leaves = [sources[kind][i] for kind, i in self.kinds]
         return jtu.tree_unflatten(self.treedef, leaves)
 
-    def vjp(self, taped: tuple, params: Any) -> Any:
+    def vjp(self, taped: tuple[Array, ...], params: PyTree) -> StepVJP:
         """The step's VJP from its stored leaves and the loop's parameters."""
         return transposed(self.rebuild(taped, params), *self.tangents)
 
 
-def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
+def layout_of(loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree) -> Layout:
     """The layout of one step's linearisation. Traced abstractly (`eqx.filter_make_jaxpr`): the
     step is not evaluated, so a field with side effects (a callback) does not run for it;
     residuals that the trace shows to be literals are constants, not taped.
-    Remembered for the loop at hand: choosing a schedule, the forward sweep and the reverse
-    sweep each ask for it, and tracing a step is the dearest part of compiling a gradient."""
+    Remembered on the loop (`Loop.memo`, so for one solve): choosing a schedule, the forward
+    sweep and the reverse sweep each ask for it, and tracing a step is the dearest part of
+    compiling a gradient."""
     carry = _traceable(carry)
-    key = (loop, _signature(params), _signature(diff), _signature(carry))
-    for known, layout in _recent:
+    key = (_signature(params), _signature(diff), _signature(carry))
+    for known, layout in loop.memo.layouts:
         if known == key:
             return layout
-    found = []
+    found: list[Layout] = []
 
-    def trace(params, carry):
+    def trace(params: PyTree, carry: PyTree) -> tuple[Array, ...]:
         _, linearisation = linearise(loop, params, diff, carry)
         shapes = jax.eval_shape(lambda: (eqx.filter(params, diff), eqx.filter(carry, is_float)))
         found.append(Layout(linearisation, params, shapes))
@@ -135,15 +152,11 @@ def layout_of(loop: Any, params: Any, diff: Any, carry: Any) -> Layout:
 
     closed = eqx.filter_make_jaxpr(trace)(params, carry)[0]
     found[0].fold(_literals(closed.jaxpr))
-    _recent.insert(0, (key, found[0]))
-    del _recent[4:]  # a few solves' worth: a loop is made afresh by every solve
+    loop.memo.layouts.append((key, found[0]))
     return found[0]
 
 
-_recent: list = []
-
-
-def _traceable(carry: Any) -> Any:
+def _traceable(carry: PyTree) -> PyTree:
     """A carry's Python and NumPy scalars and arrays as JAX arrays, so that the layout's
     trace sees them as values, as every sweep's steps do (they step carries the loop
     made). The reverse sweep receives the initial carry with some leaves made concrete
@@ -154,16 +167,17 @@ def _traceable(carry: Any) -> Any:
     return jtu.tree_map(lambda x: jnp.asarray(x) if isinstance(x, concrete) else x, carry)
 
 
-def _literals(jaxpr) -> dict:
+def _literals(jaxpr: Jaxpr) -> dict[int, np.ndarray]:
     """Outputs of `jaxpr` that are literals: position -> value."""
+    # A literal's `aval` is a `ShapedArray`; JAX types it as the base `AbstractValue`.
     return {
-        i: np.asarray(v.val, v.aval.dtype).reshape(v.aval.shape)
+        i: np.asarray(v.val, v.aval.dtype).reshape(v.aval.shape)  # type: ignore[attr-defined]
         for i, v in enumerate(jaxpr.outvars)
         if isinstance(v, Literal)
     }
 
 
-def _signature(tree: Any) -> tuple:
+def _signature(tree: PyTree) -> tuple[jtu.PyTreeDef, tuple[Any, ...]]:
     """Structure, shapes and dtypes of a PyTree's arrays; other leaves as they are."""
     leaves, treedef = jtu.tree_flatten(tree)
     spec = lambda x: (x.shape, x.dtype) if eqx.is_array(x) else x
@@ -182,7 +196,7 @@ class TapeRows:
       first, so `_put`/`_get` of a bare state work on these rows too.
     """
 
-    def __init__(self, carry: Packing, residuals: Packing, combined: bool = False):
+    def __init__(self, carry: Packing, residuals: Packing, combined: bool = False) -> None:
         jnp = jax.numpy
         self.carry_packing, self.residual_packing = carry, residuals
         (cf, ci), (rf, ri) = carry.sizes(), residuals.sizes()
@@ -195,14 +209,22 @@ class TapeRows:
             self.carry_at, self.residuals_at = (0, 1), (0, 1)
         self.float_dtype = jnp.result_type(carry.float_dtype, residuals.float_dtype)
 
-    def empty(self, n: int) -> tuple:
+    def empty(self, n: int) -> Rows:
         jnp = jax.numpy
         return (
             jnp.zeros((n, self.float_width), self.float_dtype),
             jnp.zeros((n, self.int_width), jnp.int32),
         )
 
-    def _put(self, slots, i, packing, tree, at, kind):
+    def _put(
+        self,
+        slots: Rows,
+        i: Int[ArrayLike, ""],
+        packing: Packing,
+        tree: PyTree,
+        at: tuple[int, int],
+        kind: int,
+    ) -> Rows:
         jnp = jax.numpy
         floats, ints = packing.pack(tree)
         if not self.combined:  # the kind column, then the ints
@@ -214,38 +236,41 @@ class TapeRows:
         )
         return put(slots[0], floats, at[0]), put(slots[1], ints, at[1])
 
-    def put_carry(self, slots: tuple, i: Any, carry: Any) -> tuple:
+    def put_carry(self, slots: Rows, i: Int[ArrayLike, ""], carry: PyTree) -> Rows:
         return self._put(slots, i, self.carry_packing, carry, self.carry_at, 1)
 
-    def put_residuals(self, slots: tuple, i: Any, taped: tuple) -> tuple:
+    def put_residuals(self, slots: Rows, i: Int[ArrayLike, ""], taped: tuple[Array, ...]) -> Rows:
         return self._put(slots, i, self.residual_packing, taped, self.residuals_at, 0)
 
-    def zero_residuals(self) -> tuple:
+    def zero_residuals(self) -> tuple[Array, ...]:
         """Residuals of the right shapes, all zero (what a skipped step stores)."""
         jnp = jax.numpy
         f, i = self.residual_packing.sizes()
         zeros = (jnp.zeros((f,), self.float_dtype), jnp.zeros((i,), jnp.int32))
         return self.residual_packing.unpack(zeros)
 
-    def is_carry(self, slots: tuple, k: Any) -> Any:
+    def is_carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> Bool[Array, ""]:
         """Taping only: whether tick k's row holds a carry (an emit's)."""
         return slots[1][k, 0] == 1
 
-    def _read(self, slots, k, packing, at):
+    def _read(
+        self, slots: Rows, k: Int[ArrayLike, ""], packing: Packing, at: tuple[int, int]
+    ) -> PyTree:
         f, i = packing.sizes()
         floats = jax.lax.dynamic_slice_in_dim(slots[0][k], at[0], f)
         ints = jax.lax.dynamic_slice_in_dim(slots[1][k], at[1], i)
         return packing.unpack((floats, ints))
 
-    def carry(self, slots: tuple, k: Any) -> Any:
+    def carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> PyTree:
         return self._read(slots, k, self.carry_packing, self.carry_at)
 
-    def residuals(self, slots: tuple, k: Any) -> tuple:
+    def residuals(self, slots: Rows, k: Int[ArrayLike, ""]) -> tuple[Array, ...]:
         return self._read(slots, k, self.residual_packing, self.residuals_at)
 
 
 def tape_rows(
-    loop: Any, params: Any, diff: Any, carry: Any, combined: bool = False
+    loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree, combined: bool = False
 ) -> tuple[Layout, TapeRows]:
+    """A step's layout and rows sized for it and for `carry` (see `TapeRows`)."""
     layout = layout_of(loop, params, diff, carry)
     return layout, TapeRows(Packing.of(carry), layout.packing, combined)

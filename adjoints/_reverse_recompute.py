@@ -2,29 +2,50 @@
 tick to reverse, run forward to it (storing further states in free slots by Griewank's
 binomial rule), apply the tick's VJP."""
 
+from collections.abc import Callable
+from typing import cast
+
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._binomial import next_checkpoint
 from ._lockstep import lockstep_while
-from ._sweep import get_state, put_state, replay_decision
+from ._loop import Buffers, Loop, Write
+from ._packing import Packing, Rows
+from ._sweep import Cotangents, SlotIndex, Sweep, get_state, put_state, replay_decision
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
+Scalar = Int[Array, ""]
+# Advancing: (carry, its tick, the next tick to store) and (slots, slot table).
+_Advance = tuple[PyTree, Scalar, Scalar]
+_Stored = tuple[Rows, SlotIndex]
+# Reversing: (tick to reverse, tick of the carry, carry, next tick to store, slot table,
+# cotangent of the carry after the tick) and (slots, parameters' cotangent, buffers').
+_Small = tuple[Scalar, Scalar, PyTree, Scalar, SlotIndex, PyTree]
+_Large = tuple[Rows, PyTree, Buffers]
 
-def _nearest(slot_index, target):
+
+def _nearest(slot_index: SlotIndex, target: Scalar) -> Scalar:
     """Slot holding the latest stored tick <= target."""
     eligible = jnp.where((slot_index >= 0) & (slot_index <= target), slot_index, -1)
     return jnp.argmax(eligible).astype(jnp.int32)
 
 
-def _next_store(slot_index, index, target, moved=True, previous=None):
+def _next_store(
+    slot_index: SlotIndex,
+    index: Scalar,
+    target: Scalar,
+    moved: Bool[ArrayLike, ""] = True,
+    previous: Scalar | None = None,
+) -> Scalar:
     """Where the next state goes when holding the state before tick `index` and needing
     the one before `target`: Griewank's binomial rule over the free slots (the target
     itself, never stored, when no slot is free). Where not `moved`, `previous` stays:
     one `cond` for both, so the rule runs only when it is needed."""
     otherwise = target if previous is None else jnp.where(moved, target, previous)
 
-    def rule():
+    def rule() -> Scalar:
         free = jnp.sum(slot_index < 0).astype(jnp.int32)
         nxt = jnp.clip(next_checkpoint(index, target, jnp.maximum(free, 1)), index + 1, target)
         return jnp.where(free > 0, nxt, target)
@@ -33,8 +54,17 @@ def _next_store(slot_index, index, target, moved=True, previous=None):
 
 
 def reverse_recompute(
-    loop, params, diff, sweep, start, ct_buffers, scratch, packing, batched, enabled=True
-):
+    loop: Loop,
+    params: PyTree,
+    diff: PyTree[bool],
+    sweep: Sweep,
+    start: Cotangents,
+    ct_buffers: Buffers,
+    scratch: tuple[Write, ...],
+    packing: Packing,
+    batched: bool,
+    enabled: Bool[ArrayLike, ""] = True,
+) -> tuple[Cotangents, Buffers]:
     """Reverse with recomputation from the stored carries, placing further checkpoints by
     Griewank's binomial rule. Each iteration reverses one tick: it advances (in an inner
     loop of bare ticks, which stores the states the rule picks on the way) from the
@@ -45,19 +75,24 @@ def reverse_recompute(
     would copy them every iteration). `start`, `enabled` and the result as for
     `reverse_tape`."""
     ct_final, ct_params = start
-    n, slots, slot_index, decisions = sweep.n, sweep.slots, sweep.slot_index, sweep.decisions
+    n, slots, decisions = sweep.n, sweep.slots, sweep.decisions
+    slot_index = cast(SlotIndex, sweep.slot_index)  # a slot table: not `Segments`
     scratch_slot = slot_index.shape[0]
 
-    def tick(carry, index):
+    def tick(carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
         carry, _ = loop.tick(params, carry, scratch)
         carry = replay_decision(loop, decisions, index, carry)
         return carry, index + 1
 
-    def advance(target):
+    def advance(
+        target: Scalar,
+    ) -> Callable[[_Advance, _Stored, Bool[Array, ""]], tuple[_Advance, _Stored]]:
         """One tick towards `target`, first storing the state before it if it is the
         next checkpoint (an inactive sample stores to the scratch slot)."""
 
-        def body(small, large, active):
+        def body(
+            small: _Advance, large: _Stored, active: Bool[Array, ""]
+        ) -> tuple[_Advance, _Stored]:
             carry, index, nxt = small
             slots, slot_index = large
             store = (index == nxt) & active
@@ -71,7 +106,7 @@ def reverse_recompute(
 
         return body
 
-    def body(small, large, active):
+    def body(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
         target, index, carry, nxt, slot_index, ct_carry = small
         slots, ct_params, ct_bufs = large
         # The slot table goes with the slots: written only where a sample stores.
@@ -86,8 +121,7 @@ def reverse_recompute(
             pulled = (carry, ct_carry, ct_bufs, active, ct_params)
             ct_params, ct_carry, ct_bufs = batched_tick_vjp(loop, params, diff, *pulled)
         else:
-            pulled = tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
-            dp, ct_carry, ct_bufs = pulled
+            dp, ct_carry, ct_bufs = tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
             ct_params = add(ct_params, dp)
         # Release the states at or after the tick just reversed, restore the latest one
         # before the next.

@@ -1,13 +1,19 @@
 """Reversing taped ticks: a step's VJP is its stored linearisation transposed, with no
 evaluation of the step; an emit's is taken from the carry stored before it."""
 
+from collections.abc import Iterable
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
+from jaxtyping import Array, Bool, Int, PyTree
 
 from ._lockstep import if_any, lockstep_while, tree_where
-from ._sweep import split_floats
+from ._loop import Buffers, Loop
+from ._packing import Rows
+from ._residuals import Layout, TapeRows
+from ._sweep import Cotangents, split_floats
 from ._tick_vjp import (
     accumulate,
     add,
@@ -19,8 +25,22 @@ from ._tick_vjp import (
     where_or_zero,
 )
 
+# (tick, cotangent of the carry after it) and (parameters' cotangent, output buffers').
+_Small = tuple[Int[Array, ""], PyTree]
+_Large = tuple[PyTree, Buffers]
 
-def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batched):
+
+def reverse_tape(
+    loop: Loop,
+    params: PyTree,
+    diff: PyTree[bool],
+    slots: Rows,
+    span: tuple[Int[Array, ""], Int[Array, ""]],
+    start: Cotangents,
+    ct_buffers: Buffers,
+    rows: tuple[Layout, TapeRows],
+    batched: bool,
+) -> tuple[Cotangents, Buffers]:
     """Ticks `span` = (first, last) are on the tape `slots`, tick k at row k - first:
     reverse them tick by tick, no recomputation. `start` holds the cotangents (of the
     carry after `last`, of the parameters so far) to begin from; where last < first no
@@ -45,18 +65,18 @@ def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batch
     else:
         is_carry = lambda k: tape.is_carry(slots, k - lo)
 
-    def step_vjp(k, ct_carry):
+    def step_vjp(k: Int[Array, ""], ct_carry: PyTree) -> Cotangents:
         dp, dc = layout.vjp(tape.residuals(slots, k - lo), params)(ct_carry)
         return dc, dp
 
-    def masked_step_vjp(k, ct_carry, mask):
+    def masked_step_vjp(k: Int[Array, ""], ct_carry: PyTree, mask: Bool[Array, ""]) -> Cotangents:
         dc, dp = step_vjp(k, ct_carry)
         return dc, where_or_zero(mask, dp)
 
     example_f, example_s = split_floats(carry_at(lo))
     emit_reads_params = reads_params(emit_fn(loop, params_s, example_s), params_f, example_f)
 
-    def emit_tick(small, large, active):
+    def emit_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
         k, ct_carry = small
         ct_params, ct_bufs = large
         carry_f, carry_s = split_floats(carry_at(k))
@@ -68,13 +88,15 @@ def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batch
             ct_params = accumulate(active, ct_params, dp, params_f)
         return (k - 1, dc), (ct_params, ct_bufs)
 
-    def is_emit(k):
+    def is_emit(k: Int[Array, ""]) -> Bool[Array, ""]:
         return (k >= lo) & is_carry(jnp.maximum(k, lo))
 
-    def is_step(k):
+    def is_step(k: Int[Array, ""]) -> Bool[Array, ""]:
         return (k >= lo) & ~is_carry(jnp.maximum(k, lo))
 
-    def emits_then_step(small, large, active):
+    def emits_then_step(
+        small: _Small, large: _Large, active: Bool[Array, ""]
+    ) -> tuple[_Small, _Large]:
         """Batched: the run of emits after a step, then the step, whose VJP runs only
         when some sample steps."""
         (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
@@ -86,7 +108,7 @@ def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batch
         )
         stepping = active & (k >= lo)
 
-        def step():
+        def step() -> tuple[PyTree, PyTree]:
             dc, dp = masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping)
             # Added inside the branch: the parameters' cotangent (one per sample under
             # `vmap`, a batch of weight-sized arrays) is then written once per step.
@@ -100,23 +122,27 @@ def reverse_tape(loop, params, diff, slots, span, start, ct_buffers, rows, batch
     # step and are zero after it; carrying them through the run would rewrite them with
     # zeros every step, which XLA does with a copy per leaf. (Batched, steps are not run
     # in such runs, and the step is not traced again to find these.)
-    live = ()
+    live: tuple[bool, ...] = ()
     if not batched:
         live = read_leaves(step_fn(loop, params_s, example_s), params_f, example_f)[1]
     ct_live = lambda ct: tuple(c for c, r in zip(jtu.tree_leaves(ct), live) if r)
 
-    def with_live(ct, values):
+    def with_live(ct: PyTree, values: Iterable[Array]) -> PyTree:
         leaves, treedef = jtu.tree_flatten(ct)
         values = iter(values)
         return jtu.tree_unflatten(treedef, [next(values) if r else c for c, r in zip(leaves, live)])
 
-    def steps_then_emit(small, large, active):
+    def steps_then_emit(
+        small: _Small, large: _Large, active: Bool[Array, ""]
+    ) -> tuple[_Small, _Large]:
         """Unbatched: the run of steps before an emit in a tight inner loop, then the
         emit."""
         ct_params, ct_bufs = large
         first, ct_carry = small
 
-        def one_step(k, values, ct_params):
+        def one_step(
+            k: Int[Array, ""], values: tuple[Array, ...], ct_params: PyTree
+        ) -> tuple[tuple[Int[Array, ""], tuple[Array, ...]], PyTree]:
             zero_unless_first = lambda c: jnp.where(k == first, c, jnp.zeros_like(c))
             ct = with_live(jtu.tree_map(zero_unless_first, ct_carry), values)
             dc, dp = step_vjp(k, ct)

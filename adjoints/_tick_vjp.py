@@ -6,28 +6,47 @@ Every cotangent here is one sample's: under `vmap` a parameter the samples share
 cotangent per sample, and `vmap`'s rules sum them where the composition asks for it.
 """
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import if_any, tree_where
-from ._loop import scratch_row
+from ._loop import Buffers, Loop, Write, scratch_row
 from ._residuals import linearise, transposed
 from ._sweep import split_floats
 
+# One emit as a function of the differentiated float inputs, (params, carry) -> ((float
+# leaves of the new carry, written values), rows written); see `emit_fn`.
+EmitOutput = tuple[tuple[PyTree, tuple[PyTree, ...]], tuple[Int[ArrayLike, ""], ...]]
+EmitFn = Callable[[PyTree, PyTree], EmitOutput]
+# Cotangents of (the differentiated parameters, or None; the carry's float leaves; the
+# output buffers).
+TickCotangents = tuple[PyTree, PyTree, Buffers]
 
-def _read_row(buffer, row):
+
+def _read_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
     return jtu.tree_map(lambda b: b[row], buffer)
 
 
-def _clear_row(buffer, row):
+def _clear_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
     """A write's cotangent is taken once: earlier writes to the row were overwritten."""
     return jtu.tree_map(lambda b: b.at[row].set(0), buffer)
 
 
-def tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
+def tick_vjp(
+    loop: Loop,
+    params: PyTree,
+    carry: PyTree,
+    scratch: tuple[Write, ...],
+    ct_next: PyTree,
+    ct_buffers: Buffers,
+    diff: PyTree[bool],
+) -> TickCotangents:
     """Cotangents of (params, carry) for one tick, given those of its outputs.
 
     The tick is an emit or a step depending on `pending(carry)`; branching here, outside
@@ -37,11 +56,11 @@ def tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     carry_f, carry_s = split_floats(carry)
     ct_next = split_floats(ct_next)[0]
 
-    def emit_branch(ct_buffers):
+    def emit_branch(ct_buffers: Buffers) -> TickCotangents:
         emit = emit_fn(loop, params_s, carry_s)
         return emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers)
 
-    def step_branch(ct_buffers):
+    def step_branch(ct_buffers: Buffers) -> TickCotangents:
         lin = linearise(loop, params, diff, carry)[1]
         ct_params, ct_carry = transposed(lin, params_f, carry_f)(ct_next)
         return ct_params, ct_carry, ct_buffers
@@ -51,7 +70,16 @@ def tick_vjp(loop, params, carry, scratch, ct_next, ct_buffers, diff):
     return lax.cond(loop.pending(carry), emit_branch, step_branch, ct_buffers)
 
 
-def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active, ct_params):
+def batched_tick_vjp(
+    loop: Loop,
+    params: PyTree,
+    diff: PyTree[bool],
+    carry: PyTree,
+    ct_next: PyTree,
+    ct_buffers: Buffers,
+    active: Bool[Array, ""],
+    ct_params: PyTree,
+) -> TickCotangents:
     """`tick_vjp` under `vmap`, where `active`, with the parameters' cotangent added to
     `ct_params` (nothing added where not `active`): returns it, the carry's cotangent
     (unchanged where not `active`) and the output buffers'. A step's VJP runs only when
@@ -64,7 +92,7 @@ def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active, ct_
     pending = loop.pending(carry) if loop.max_emits else jnp.asarray(False)
     stepping, emitting = active & ~pending, active & pending
 
-    def step_vjp():
+    def step_vjp() -> tuple[PyTree, PyTree]:
         lin = linearise(loop, params, diff, carry)[1]
         dp, dc = transposed(lin, params_f, carry_f)(ct_next)
         return tree_where(stepping, dc, ct_next), accumulate(stepping, ct_params, dp, params_f)
@@ -83,7 +111,15 @@ def batched_tick_vjp(loop, params, diff, carry, ct_next, ct_buffers, active, ct_
     return ct_params, ct_carry, ct_buffers
 
 
-def emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params=True):
+def emit_vjp(
+    emit: EmitFn,
+    params_f: PyTree,
+    carry_f: PyTree,
+    ct_carry: PyTree,
+    ct_bufs: Buffers,
+    active: Bool[ArrayLike, ""] = True,
+    wrt_params: bool = True,
+) -> TickCotangents:
     """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
     buffers) of one emit, given the carry's after it. Each write's cotangent is read from
     its buffer row, which is then cleared (earlier writes to it were overwritten); an
@@ -100,27 +136,29 @@ def emit_vjp(emit, params_f, carry_f, ct_carry, ct_bufs, active=True, wrt_params
     return ct_params, ct_carry, ct_bufs
 
 
-def add(a, b):
+def add(a: PyTree, b: PyTree) -> PyTree:
+    """Leafwise sum of two PyTrees of one structure."""
     return jtu.tree_map(lambda x, y: x + y, a, b)
 
 
-def where_or_zero(active, tree):
+def where_or_zero(active: Bool[ArrayLike, ""], tree: PyTree) -> PyTree:
     """`tree` where `active`, zeros elsewhere."""
     return jtu.tree_map(lambda x: jnp.where(active, x, jnp.zeros_like(x)), tree)
 
 
-def accumulate(active, total, term, params):
+def accumulate(active: Bool[ArrayLike, ""], total: PyTree, term: PyTree, params: PyTree) -> PyTree:
     """total + term where `active`, else total."""
     return add(total, where_or_zero(active, term))
 
 
-def read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
+def read_leaves(fn: Callable[..., PyTree], *inputs: PyTree) -> tuple[tuple[bool, ...], ...]:
     """For each input PyTree, whether `fn` reads each of its leaves. Conservative: a leaf
     passed into a nested call counts as read."""
     closed = jax.make_jaxpr(fn)(*inputs)
     used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
     used |= {id(v) for v in closed.jaxpr.outvars}
-    out, start = [], 0
+    out: list[tuple[bool, ...]] = []
+    start = 0
     for tree in inputs:
         count = len(jtu.tree_leaves(tree))
         out.append(tuple(id(v) in used for v in closed.jaxpr.invars[start : start + count]))
@@ -128,27 +166,27 @@ def read_leaves(fn, *inputs) -> tuple[tuple[bool, ...], ...]:
     return tuple(out)
 
 
-def reads_params(emit, params_f, carry_f) -> bool:
+def reads_params(emit: EmitFn, params_f: PyTree, carry_f: PyTree) -> bool:
     """Whether an emit reads any differentiated parameter: if not, its VJP takes no
     parameter cotangent."""
     return any(read_leaves(emit, params_f, carry_f)[0])
 
 
-def step_fn(loop, params_s, carry_s):
+def step_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> Callable[[PyTree, PyTree], PyTree]:
     """One step as a function of the differentiated float inputs: (params, carry) ->
     float leaves of the new carry."""
 
-    def step(pf, cf):
+    def step(pf: PyTree, cf: PyTree) -> PyTree:
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
         return split_floats(new)[0]
 
     return step
 
 
-def emit_fn(loop, params_s, carry_s):
+def emit_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> EmitFn:
     """One emit likewise: -> ((float leaves of the new carry, written values), rows)."""
 
-    def emit(pf, cf):
+    def emit(pf: PyTree, cf: PyTree) -> EmitOutput:
         new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
         return (split_floats(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
 

@@ -8,10 +8,17 @@ or instead of the states.
 """
 
 import abc
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 from equinox import AbstractVar
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+
+from .._loop import Buffers, Loop, Write
+from .._sweep import Cotangents, SlotIndex, Sweep
+
+# What `store` returns: whether to store, the slot, the slot table, the schedule's state.
+Stored = tuple[Bool[Array, ""], Int[Array, ""], SlotIndex | None, PyTree]
 
 
 class AbstractSchedule(eqx.Module):
@@ -22,14 +29,27 @@ class AbstractSchedule(eqx.Module):
       carry before an emit), so that the reverse sweep never evaluates a step again.
     - `segmented`: taping reuses one tape of `length` rows and keeps the state before
       each segment.
-    - `keeps_residuals`: beside each stored state, the residuals of the step from it.
+    - `keeps_residuals`: beside each stored state, the residuals of the step from it;
+      `in_order(state)` says whether they still serve.
     - `skips_ahead`: the ticks that store are known ahead (`next_store`): the forward
-      sweep runs the others in a bare inner loop.
+      sweep runs the others in a bare inner loop, up to the last of the `num_ticks`.
     - `recomputes`: the reverse sweep runs ticks again, so step-size decisions are
       recorded and replayed (`Loop.decision`).
     """
 
-    slots: AbstractVar[int]
+    if TYPE_CHECKING:
+        # For a type checker: `slots` is a field or a property; the other members are
+        # those of the schedules whose flags below ask for them (see above).
+        @property
+        def slots(self) -> int: ...
+        @property
+        def length(self) -> int: ...
+        @property
+        def num_ticks(self) -> int: ...
+        def in_order(self, state: PyTree) -> Bool[Array, ""]: ...
+        def next_store(self, k: Int[Array, ""], state: PyTree) -> Int[Array, ""]: ...
+    else:
+        slots: AbstractVar[int]
     tapes: ClassVar[bool] = False
     segmented: ClassVar[bool] = False
     keeps_residuals: ClassVar[bool] = False
@@ -37,17 +57,34 @@ class AbstractSchedule(eqx.Module):
     recomputes: ClassVar[bool] = True
 
     @abc.abstractmethod
-    def init(self) -> Any:
+    def init(self) -> PyTree:
         """The schedule's state at the start of the forward sweep."""
 
     @abc.abstractmethod
-    def store(self, k, state, slot_index, active=True) -> tuple:
+    def store(
+        self,
+        k: Int[Array, ""],
+        state: PyTree,
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         """Whether to store the state before tick k, its slot, the slot table (`slot_index[i]`:
         the tick slot i holds, -1 if free) and the schedule's new state. Only an `active`
         sample (see `lockstep_while`) stores."""
 
     @abc.abstractmethod
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         """The reverse sweep: cotangents of (the initial carry, the differentiated
         parameters), from `start` = (those of the final carry, zero parameter cotangents)
         and the output buffers' cotangents `ct_buffers`. `sweep`: what the forward sweep

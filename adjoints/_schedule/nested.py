@@ -28,13 +28,15 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._lockstep import tree_where
-from .._packing import Packing
-from .._residuals import linearise, tape_rows
-from .._sweep import get_state, put_state
+from .._loop import Buffers, Loop, Write
+from .._packing import Packing, Rows
+from .._residuals import Layout, TapeRows, linearise, tape_rows
+from .._sweep import Cotangents, SlotIndex, Sweep, get_state, put_state
 from .._tick_vjp import accumulate
-from ._base import AbstractSchedule
+from ._base import AbstractSchedule, Stored
 
 # Deepest nesting tried: with three levels a chain of 1e9 ticks fits in about a thousand
 # states' worth of memory.
@@ -58,19 +60,36 @@ class Nested(AbstractSchedule):
         """States kept at a deeper `level` (>= 1): one per segment of its parent."""
         return -(-self.lengths[level - 1] // self.lengths[level])
 
-    def init(self):
+    def init(self) -> Int[Array, ""]:
         return jnp.zeros((), jnp.int32)
 
-    def next_store(self, k, unused):
+    def next_store(self, k: Int[Array, ""], unused: PyTree) -> Int[Array, ""]:
         """The first tick at or after k whose state the forward sweep keeps."""
         length = self.lengths[0]
         return (k + length - 1) // length * length
 
-    def store(self, k, unused, slot_index, active=True):
+    def store(
+        self,
+        k: Int[Array, ""],
+        unused: PyTree,
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         length = self.lengths[0]
         return k % length == 0, (k // length).astype(jnp.int32), slot_index, unused
 
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         rows = tape_rows(loop, params, diff, init)
         return reverse_nested(loop, params, diff, sweep, start, self, Packing.of(init), rows)
 
@@ -88,11 +107,11 @@ class Nested(AbstractSchedule):
     @staticmethod
     def smallest(num_ticks: int, state_bytes: int, row_bytes: int) -> "Nested":
         """The arrangement that needs the least memory, whatever it is."""
-        options = [
+        candidates = [
             _smallest(num_ticks, levels, state_bytes, row_bytes)
             for levels in range(1, _MAX_LEVELS + 1)
         ]
-        options = [o for o in options if o is not None] or [(1,)]
+        options = [o for o in candidates if o is not None] or [(1,)]
         best = min(options, key=lambda o: _bytes(num_ticks, o, state_bytes, row_bytes))
         return Nested(best, num_ticks)
 
@@ -106,13 +125,15 @@ def _lengths(num_ticks: int, levels: int, leaf: int) -> tuple[int, ...]:
     return tuple(leaf * ratio ** (levels - 1 - i) for i in range(levels))
 
 
-def _bytes(num_ticks: int, lengths: tuple, state_bytes: int, row_bytes: int) -> int:
+def _bytes(num_ticks: int, lengths: tuple[int, ...], state_bytes: int, row_bytes: int) -> int:
     states = -(-num_ticks // lengths[0])
     states += sum(-(-outer // inner) for outer, inner in zip(lengths, lengths[1:]))
     return states * state_bytes + lengths[-1] * row_bytes
 
 
-def _smallest(num_ticks: int, levels: int, state_bytes: int, row_bytes: int):
+def _smallest(
+    num_ticks: int, levels: int, state_bytes: int, row_bytes: int
+) -> tuple[int, ...] | None:
     """The lengths with `levels` levels that need the least memory, or None when a level
     would be a single tick (more levels than the loop needs)."""
     leaves = range(1, max(2, math.isqrt(num_ticks)) + 1)
@@ -123,7 +144,21 @@ def _smallest(num_ticks: int, levels: int, state_bytes: int, row_bytes: int):
     return min(options, key=lambda o: (_bytes(num_ticks, o, state_bytes, row_bytes), -o[-1]))
 
 
-def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
+# (cotangent of the carry, parameters' cotangent, the stores: the forward sweep's states,
+# those of each deeper level, the tape).
+_State = tuple[PyTree, PyTree, tuple[Rows, ...]]
+
+
+def reverse_nested(
+    loop: Loop,
+    params: PyTree,
+    diff: PyTree[bool],
+    sweep: Sweep,
+    start: Cotangents,
+    schedule: Nested,
+    packing: Packing,
+    rows: tuple[Layout, TapeRows],
+) -> Cotangents:
     """Reverse a loop of steps only (no emits) by `Nested` segments: the forward sweep
     kept the state before each outermost segment; each segment, last first, is run again
     keeping the states before its own segments, down to the innermost, which is run once
@@ -136,21 +171,21 @@ def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
     params_f = eqx.partition(params, diff)[0]
     n = sweep.n
 
-    def bare(carry, count):
+    def bare(carry: PyTree, count: Int[ArrayLike, ""]) -> PyTree:
         return lax.fori_loop(0, count, lambda i, c: loop.body(params, c), carry)
 
-    def leaf(first, count, carry, state):
+    def leaf(first: Int[Array, ""], count: Int[Array, ""], carry: PyTree, state: _State) -> _State:
         ct, ct_params, store = state
         tape = store[-1]
 
-        def linearised(i, s):
+        def linearised(i: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
             carry, tape = s
             new, pullback = linearise(loop, params, diff, carry)
             return new, taped_rows.put_residuals(tape, i, layout.taped(pullback))
 
         _, tape = lax.fori_loop(0, count, linearised, (carry, tape))
 
-        def pull(i, s):
+        def pull(i: Int[Array, ""], s: Cotangents) -> Cotangents:
             ct, ct_params = s
             row = count - 1 - i
             residuals = taped_rows.residuals(tape, row)
@@ -163,7 +198,9 @@ def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
         ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))
         return ct, ct_params, (*store[:-1], tape)
 
-    def span(level, first, count, carry, state):
+    def span(
+        level: int, first: Int[Array, ""], count: Int[Array, ""], carry: PyTree, state: _State
+    ) -> _State:
         """Reverse ticks [first, first + count) from the carry before `first` (at the
         outermost level the forward sweep's states serve instead)."""
         if level == len(lengths):
@@ -172,7 +209,7 @@ def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
         segments = (count + length - 1) // length
         if level > 0:  # keep the state before each segment, advancing between them
 
-            def keep(j, s):
+            def keep(j: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
                 carry, states = s
                 states = put_state(states, j, carry, packing)
                 return bare(carry, jnp.where(j < segments - 1, length, 0)), states
@@ -181,7 +218,7 @@ def reverse_nested(loop, params, diff, sweep, start, schedule, packing, rows):
             _, states = lax.fori_loop(0, segments, keep, (carry, store[level]))
             state = (ct, ct_params, (*store[:level], states, *store[level + 1 :]))
 
-        def segment(i, state):
+        def segment(i: Int[Array, ""], state: _State) -> _State:
             j = segments - 1 - i
             begin = get_state(state[2][level], j, packing)
             size = jnp.minimum(length, count - j * length)

@@ -17,12 +17,18 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from .._loop import Buffers, Loop, Write
 from .._packing import Packing
 from .._residuals import tape_rows
 from .._reverse_recompute import reverse_recompute
 from .._reverse_tape import reverse_tape
-from ._base import AbstractSchedule
+from .._sweep import Cotangents, SlotIndex, Sweep
+from ._base import AbstractSchedule, Stored
+
+# (stride, free slots)
+_State = tuple[Int[Array, ""], Int[Array, ""]]
 
 
 class Online(AbstractSchedule):
@@ -32,20 +38,26 @@ class Online(AbstractSchedule):
     slots: int = eqx.field(static=True)
     keeps_residuals: ClassVar[bool] = True
 
-    def __check_init__(self):
+    def __check_init__(self) -> None:
         if self.slots < 2:
             raise ValueError(f"Online(slots={self.slots}): online checkpointing needs >= 2.")
 
-    def init(self):
+    def init(self) -> _State:
         # (stride, free slots): a count, so that a tick needs no reduction over the table.
         return jnp.ones((), jnp.int32), jnp.asarray(self.slots, jnp.int32)
 
-    def in_order(self, state):
+    def in_order(self, state: _State) -> Bool[Array, ""]:
         """Whether the slots still hold every tick so far, slot k holding tick k (no
         thinning yet): the reverse sweep can then run as a tape."""
         return state[0] == 1
 
-    def store(self, k, state, slot_index, active=True):
+    def store(
+        self,
+        k: Int[Array, ""],
+        state: _State,
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         """Whether to store the state before tick k, its slot, the slot table after any
         thinning (the caller writes k into the slot) and the new state. `slot_index[i]`
         is the tick whose state slot i holds, -1 if free. Only an `active` sample (see
@@ -54,24 +66,37 @@ class Online(AbstractSchedule):
         Per tick this is scalar work: the table is rewritten only when some sample thins
         (a `cond` on any, which under `vmap` stays a branch), and searched for a free slot
         only once some sample has thinned (before that, slot k is the free one)."""
+        assert slot_index is not None  # the forward sweep keeps a table for online slots
+        table = slot_index
         stride, free = state
         thin = active & (k % stride == 0) & (free == 0)
 
-        def thinned():
+        def thinned() -> tuple[Int[Array, ""], Int[Array, ""], SlotIndex]:
             new_stride = jnp.where(thin, 2 * stride, stride)
-            released = thin & (slot_index >= 0) & (slot_index % new_stride != 0)
+            released = thin & (table >= 0) & (table % new_stride != 0)
             count = jnp.sum(released).astype(jnp.int32)
-            return new_stride, free + count, jnp.where(released, -1, slot_index)
+            return new_stride, free + count, jnp.where(released, -1, table)
 
-        unchanged = lambda: (stride, free, slot_index)
-        stride, free, slot_index = lax.cond(eqxi.unvmap_any(thin), thinned, unchanged)
+        unchanged = lambda: (stride, free, table)
+        stride, free, table = lax.cond(eqxi.unvmap_any(thin), thinned, unchanged)
         due = active & (k % stride == 0)
-        first_free = lambda: jnp.argmax(slot_index < 0).astype(jnp.int32)
+        first_free = lambda: jnp.argmax(table < 0).astype(jnp.int32)
         in_order = lambda: jnp.asarray(k, jnp.int32)
         slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
-        return due, slot, slot_index, (stride, free - due.astype(jnp.int32))
+        return due, slot, table, (stride, free - due.astype(jnp.int32))
 
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
         # The two sweeps run one after the other, one of them for zero ticks, rather than

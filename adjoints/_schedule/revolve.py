@@ -6,11 +6,14 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._binomial import next_checkpoint
+from .._loop import Buffers, Loop, Write
 from .._packing import Packing
 from .._reverse_recompute import reverse_recompute
-from ._base import AbstractSchedule
+from .._sweep import Cotangents, SlotIndex, Sweep
+from ._base import AbstractSchedule, Stored
 
 
 def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
@@ -33,26 +36,43 @@ class Revolve(AbstractSchedule):
     num_ticks: int = eqx.field(static=True)
     skips_ahead: ClassVar[bool] = True
 
-    def init(self):
+    def init(self) -> Int[Array, ""]:
         return jnp.zeros((), jnp.int32)  # how many sweep positions are stored
 
-    def _positions(self):
+    def _positions(self) -> Int[Array, " positions"]:
         return jnp.asarray(sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32)
 
-    def next_store(self, k, pointer):
+    def next_store(self, k: Int[Array, ""], pointer: Int[Array, ""]) -> Int[Array, ""]:
         """The first tick at or after k whose state `store` keeps (past the last position:
         never, as a tick beyond the loop)."""
         positions = self._positions()
         position = positions[jnp.minimum(pointer, positions.shape[0] - 1)]
         return jnp.where(position < 0, self.num_ticks + 1, jnp.maximum(position, k))
 
-    def store(self, k, pointer, slot_index, active=True):
+    def store(
+        self,
+        k: Int[Array, ""],
+        pointer: Int[Array, ""],
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         """Whether to store the state before tick k, its slot, and the new schedule
         state and slot table (`active` is the caller's to apply: the table is unchanged)."""
         positions = self._positions()
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
         return store, pointer, slot_index, pointer + store.astype(jnp.int32)
 
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         rest = (scratch, Packing.of(init), batched)
         return reverse_recompute(loop, params, diff, sweep, start, ct_buffers, *rest)[0]

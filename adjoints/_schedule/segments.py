@@ -20,18 +20,25 @@ Memory, with |s| bytes per state and |r| per tape row, for a bound of N ticks:
 """
 
 import math
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._lockstep import if_any, lockstep_while
-from .._packing import Packing
-from .._residuals import linearise, tape_rows
+from .._loop import Buffers, Loop, Write
+from .._packing import Packing, Rows
+from .._residuals import Layout, TapeRows, linearise, tape_rows
 from .._reverse_tape import reverse_tape
-from .._sweep import get_state, replay_decision
-from ._base import AbstractSchedule
+from .._sweep import Cotangents, SlotIndex, Sweep, get_state, replay_decision
+from ._base import AbstractSchedule, Stored
+
+# (first tick of the segment, cotangent of the carry after it) and (tape, parameters'
+# cotangent, output buffers').
+_Small = tuple[Int[Array, ""], PyTree]
+_Large = tuple[Rows, PyTree, Buffers]
 
 
 class Segments(AbstractSchedule):
@@ -48,15 +55,32 @@ class Segments(AbstractSchedule):
         """States the forward sweep keeps: one per segment of the bound."""
         return -(-self.num_ticks // self.length)
 
-    def init(self):
+    def init(self) -> Int[Array, ""]:
         return jnp.zeros((), jnp.int32)
 
-    def store(self, k, state, slot_index, active=True):
+    def store(
+        self,
+        k: Int[Array, ""],
+        state: PyTree,
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         """The state before each segment's first tick, in the segment's slot (the tape
         rows themselves are written by the forward sweep, tick by tick)."""
         return k % self.length == 0, (k // self.length).astype(jnp.int32), slot_index, state
 
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         rows = tape_rows(loop, params, diff, init)
         packing = Packing.of(init)
         fixed = (loop, params, diff, sweep, start, ct_buffers)
@@ -88,8 +112,17 @@ class Segments(AbstractSchedule):
 
 
 def reverse_segments(
-    loop, params, diff, sweep, start, ct_buffers, rows, schedule, packing, batched
-):
+    loop: Loop,
+    params: PyTree,
+    diff: PyTree[bool],
+    sweep: Sweep,
+    start: Cotangents,
+    ct_buffers: Buffers,
+    rows: tuple[Layout, TapeRows],
+    schedule: Segments,
+    packing: Packing,
+    batched: bool,
+) -> tuple[Cotangents, Buffers]:
     """Reverse by `Segments`: the forward sweep left the last segment of each sample on
     the tape and the state before every segment. Segments are taken last to first; each
     but the last is first run again from its state, taping its ticks (with the first
@@ -98,19 +131,22 @@ def reverse_segments(
     different ticks); the loops run in lockstep. `start` and the result as for
     `reverse_tape`."""
     length, (layout, taped_rows) = schedule.length, rows
-    n, states, decisions = sweep.n, sweep.slot_index, sweep.decisions
+    n, decisions = sweep.n, sweep.decisions
+    states = cast(Rows, sweep.slot_index)  # segmented: the state before each segment
 
-    def retape(tape, first, end):
+    def retape(tape: Rows, first: Int[Array, ""], end: Int[Array, ""]) -> Rows:
         """Ticks [first, end) again from the state before `first`, taped at rows from
         0 as the forward sweep taped them: an emit's carry, a step's residuals."""
 
-        def tick(small, tape, active):
+        def tick(
+            small: tuple[Int[Array, ""], PyTree], tape: Rows, active: Bool[Array, ""]
+        ) -> tuple[tuple[Int[Array, ""], PyTree], Rows]:
             k, carry = small
             emitting = loop.pending(carry)
             row = lambda on: jnp.where(on, k - first, length)
             tape = taped_rows.put_carry(tape, row(active & emitting), carry)
 
-            def step():
+            def step() -> tuple[PyTree, tuple[Array, ...]]:
                 new, pullback = linearise(loop, params, diff, carry)
                 return new, layout.taped(pullback)
 
@@ -126,7 +162,7 @@ def reverse_segments(
         small = (first, carry)
         return lockstep_while(lambda s, t: s[0] < end, tick, small, tape, batched)[1]
 
-    def segment(small, large, active):
+    def segment(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
         first, ct_carry = small
         tape, ct_params, ct_bufs = large
         end = jnp.minimum(first + length, n)

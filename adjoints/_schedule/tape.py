@@ -6,10 +6,13 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from .._loop import Buffers, Loop, Write
 from .._residuals import tape_rows
 from .._reverse_tape import reverse_tape
-from ._base import AbstractSchedule
+from .._sweep import Cotangents, SlotIndex, Sweep
+from ._base import AbstractSchedule, Stored
 
 
 class Tape(AbstractSchedule):
@@ -19,13 +22,30 @@ class Tape(AbstractSchedule):
     tapes: ClassVar[bool] = True
     recomputes: ClassVar[bool] = False
 
-    def init(self):
+    def init(self) -> Int[Array, ""]:
         return jnp.zeros((), jnp.int32)
 
-    def store(self, k, unused, slot_index, active=True):
+    def store(
+        self,
+        k: Int[Array, ""],
+        unused: PyTree,
+        slot_index: SlotIndex | None,
+        active: Bool[ArrayLike, ""] = True,
+    ) -> Stored:
         return jnp.asarray(True), k.astype(jnp.int32), slot_index, unused
 
-    def reverse(self, loop, params, diff, init, sweep, scratch, start, ct_buffers, batched):
+    def reverse(
+        self,
+        loop: Loop,
+        params: PyTree,
+        diff: PyTree[bool],
+        init: PyTree,
+        sweep: Sweep,
+        scratch: tuple[Write, ...],
+        start: Cotangents,
+        ct_buffers: Buffers,
+        batched: bool,
+    ) -> Cotangents:
         rows = tape_rows(loop, params, diff, init)
         span = (jnp.int32(0), sweep.n - 1)
         taped = (loop, params, diff, sweep.slots)
