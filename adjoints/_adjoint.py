@@ -191,7 +191,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if slots is None:
             if per_solve // max(per_tick, 1) >= bound:
                 return Tape(bound)
-            if _offline(loop) and loop.decision is None:
+            if loop.num_steps is not None and _offline(loop) and loop.decision is None:
                 nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
                 if nested is not None:
                     return nested
@@ -204,7 +204,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             slots += loop.max_emits
         if slots >= bound:
             return Tape(bound)
-        if _offline(loop):
+        if loop.num_steps is not None and _offline(loop):
             return Revolve(slots, loop.num_steps)
         return Online(slots)
 
@@ -223,8 +223,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if name == "segments":
             if slots is not None:
                 return Segments(max(2, min(slots, bound - 1)), bound)
-            fitted = Segments.fit(bound, per_state, per_tick, per_solve)
-            return fitted or Segments(2, bound)
+            return Segments.fit(bound, per_state, per_tick, per_solve) or Segments(2, bound)
         if name == "nested":
             fitted = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
             return fitted or Nested.smallest(loop.num_steps, per_state, per_tick)
