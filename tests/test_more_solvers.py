@@ -65,7 +65,11 @@ def test_a_method_without_an_error_estimate_suggests_halfsolver():
         solve(ode.LeapfrogMidpoint(), 0.1, stepsize_controller=ode.PIDController(1e-6, 1e-6))
 
 
-@pytest.mark.parametrize("name", ["ReversibleHeun", "LeapfrogMidpoint", "HalfSolver(Heun)"])
+@pytest.mark.parametrize(
+    "name",
+    ["ReversibleHeun"]
+    + [pytest.param(n, marks=pytest.mark.matrix) for n in ("LeapfrogMidpoint", "HalfSolver(Heun)")],
+)
 def test_gradients_match_forward_mode_and_differences(name):
     ours, _, _ = NEW[name]
     controller = ode.ConstantStepSize()
