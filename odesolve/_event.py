@@ -44,8 +44,8 @@ class Event(eqx.Module):
     - `root_finder`: None locates real crossings to about machine precision; an object
       with `rtol` and `atol` attributes (e.g. `optimistix.Newton(rtol, atol)`) sets the
       tolerance on the event time instead (our bracketed search is used either way).
-    - `direction`: per condition, None (either crossing), True (upward only: from <= 0 to
-      > 0) or False (downward only). Ignored for boolean conditions.
+    - `direction`: per condition, None (either crossing), True (upward only, from
+      `<= 0` to `> 0`) or False (downward only). Ignored for boolean conditions.
     """
 
     cond_fn: Any

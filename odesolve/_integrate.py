@@ -56,12 +56,23 @@ def diffeqsolve(
 
     - `terms`: `ODETerm(f)`. `solver`: e.g. `Tsit5()`. `y0`: PyTree of float arrays
       (integers are promoted). `dt0`: first step size (None lets `PIDController` pick).
+    - `t0`, `t1`: scalar start and end times (Python numbers or scalar arrays, traced
+      or not). `t1 < t0` integrates backwards in time; `t1` may be inf only when an
+      `event` ends the solve.
+    - `args`: any PyTree passed unchanged as `f(t, y, args)`'s third argument; gradients
+      flow to its arrays.
     - `saveat`: what to return (`SaveAt`). `stepsize_controller`: `ConstantStepSize()`,
       `StepTo(ts)` or `PIDController(rtol, atol)`.
     - `adjoint`: how gradients are computed (`RecursiveCheckpointAdjoint()` by default).
+    - `event`: an `Event` that stops the solve when one of its conditions fires, or
+      None. Not with `BacksolveAdjoint`.
     - `max_steps`: bound on the number of steps (accepted and rejected).
     - `throw`: raise on failure (`SolveError`; inside `jit`, JAX's `JaxRuntimeError`
       carrying its message); with False, check `sol.result`.
+    - `progress_meter`: reports progress from t0 to t1 while solving:
+      `NoProgressMeter()` (the default), `TextProgressMeter()` or `TqdmProgressMeter()`.
+    - `solver_state`, `controller_state`, `made_jump`: must be None. They are accepted
+      for Diffrax's signature, but resuming a solve is not supported (`ValueError`).
     """
     check_kinds(
         solver=solver,

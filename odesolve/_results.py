@@ -20,6 +20,30 @@ class _Lookup(enum.EnumMeta):
 
 
 class RESULTS(enum.IntEnum, metaclass=_Lookup):
+    """How a solve ended: `sol.result` is one of these integer codes (an integer array
+    inside `jit`).
+
+    - `successful`: reached t1.
+    - `event_occurred`: an `Event` stopped the solve (an okay outcome, not a failure).
+    - `max_steps_reached`: ran out of `max_steps` before t1.
+    - `dt_min_reached`: the step size fell below `PIDController(dtmin=...)` with
+      `force_dtmin=False`.
+    - `step_size_underflow`: every step was rejected until `t + dt == t`.
+    - `nonfinite_initial_derivative`: the vector field is NaN or inf at (t0, y0).
+    - `nonfinite_state`: the state became NaN or inf.
+    - `nonfinite_times`: t0 or t1 is NaN or inf (t1 may be inf only with an event).
+    - `invalid_dt0`: `dt0` is zero, non-finite, points away from t1 or is below the time
+      dtype's resolution.
+    - `invalid_save_times`: `SaveAt(ts=...)` is not finite, sorted and within [t0, t1].
+    - `invalid_step_times`: `StepTo(ts)` does not run strictly from t0 to t1.
+    - `nonlinear_divergence`: an implicit solver's Newton iterations failed on a fixed
+      step.
+
+    `RESULTS["max_steps_reached"]` is the member, and `RESULTS[code]` for a code such as
+    `sol.result` is its message (as in Diffrax), also `RESULTS.x.message`. Test a code,
+    traced or not, with `is_okay` (t1 or an event), `is_successful` (t1) and `is_event`.
+    """
+
     successful = 0
     max_steps_reached = 1
     dt_min_reached = 2

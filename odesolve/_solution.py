@@ -115,6 +115,17 @@ class Solution(eqx.Module):
     event_mask: Any = None
 
     def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
+        """The dense solution y(t0), or the increment y(t1) - y(t0) if `t1` is given.
+
+        Needs `SaveAt(dense=True)`; raises `ValueError` otherwise.
+
+        - `t0`, `t1`: a scalar time, or a (m,) array of times within [t0, t1] of the solve.
+        - `left`: accepted for Diffrax's signature and ignored: at a step boundary the step
+          ending there is used (the dense solution is continuous).
+
+        Returns a PyTree like y0 (leading axis m for an array of times). Times outside
+        the interval solved over give NaN (no extrapolation), as in Diffrax.
+        """
         if self.interpolation is None:
             raise ValueError(
                 "sol.evaluate needs the dense solution: pass saveat=SaveAt(dense=True)."
@@ -122,6 +133,18 @@ class Solution(eqx.Module):
         return self.interpolation.evaluate(t0, t1, left)
 
     def derivative(self, t: Any, left: bool = True) -> Any:
+        """dy/dt of the dense solution at `t`: the interpolant's slope, an approximation
+        to the vector field there.
+
+        Needs `SaveAt(dense=True)`; raises `ValueError` otherwise.
+
+        - `t`: a scalar time, or a (m,) array of times.
+        - `left`: accepted for Diffrax's signature and ignored: at a step boundary the
+          slope of the step ending there is used.
+
+        Returns a PyTree like y0 (leading axis m for an array of times); NaN outside the
+        interval solved over.
+        """
         if self.interpolation is None:
             raise ValueError(
                 "sol.derivative needs the dense solution: pass saveat=SaveAt(dense=True)."

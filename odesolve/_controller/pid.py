@@ -63,9 +63,34 @@ def _known(value: Any) -> float | None:
 class PIDController(AbstractStepSizeController):
     """Adapt the step size to keep the local error within rtol * |y| + atol.
 
-    `step_ts`: times every step must land on. `jump_ts`: times where the vector field is
-    discontinuous; steps land on them and the first-same-as-last derivative is re-evaluated
-    just after. `norm`: maps the PyTree of scaled errors to a scalar (default RMS).
+    A step is accepted when the norm of its error estimate, scaled elementwise by
+    `atol + rtol * max(|y0|, |y1|)`, is below 1; the next step is the last one times
+    `safety * e_n^(-(p+i+d)/q) * e_{n-1}^((p+2d)/q) * e_{n-2}^(-d/q)` (Soderlind 2003,
+    as in Diffrax): e_n is this step's scaled error norm, e_{n-1} and e_{n-2} those of
+    the two accepted steps before it, q the error order.
+
+    - `rtol`, `atol`: relative and absolute tolerance (>= 0, not both 0); scalars.
+    - `pcoeff`, `icoeff`, `dcoeff`: the filter's proportional, integral and derivative
+      coefficients p, i, d. The default (0, 1, 0) is the classic I controller; e.g.
+      (0.4, 0.3, 0) is a PI controller, smoother on mildly stiff problems.
+    - `dtmin`, `dtmax`: bounds on the step size's magnitude (None: unbounded). The first
+      step is clipped to them too.
+    - `force_dtmin`: with `dtmin` set, True accepts a step at `dtmin` whatever its
+      error and goes on; False ends the solve with `RESULTS.dt_min_reached` when the
+      controller asks for a smaller step.
+    - `step_ts`: (k,) times every step must land on (steps are clipped to end there).
+    - `jump_ts`: (k,) times where the vector field is discontinuous: a step ends just
+      before each (one float below) and the next starts there, so no step straddles a
+      jump, and a first-same-as-last solver re-evaluates its derivative after it.
+    - `factormin`, `factormax`: how far one step may shrink after a rejection (in
+      (0, 1], default 0.2) and grow after an acceptance (>= 1, default 10). After a
+      rejection the factor is also at most `safety`; after an acceptance at least 1.
+    - `safety`: multiplies every proposed factor, in (0, 1] (default 0.9): aim a little
+      under the tolerance so fewer steps are rejected.
+    - `norm`: maps the PyTree of scaled errors (structured like y0) to a scalar; the
+      default is `rms_norm`, the RMS over all elements.
+    - `error_order`: the order q in the filter's exponents (None: the solver's
+      `error_order()`, for most Runge-Kutta methods their order).
     """
 
     rtol: Any

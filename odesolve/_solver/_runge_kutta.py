@@ -66,8 +66,9 @@ class AbstractTableauMethod(AbstractSolver):
     """A Runge-Kutta method given by its `tableau` (a class attribute): explicit or
     diagonally implicit. It carries f(t, y) from step to step when the tableau is first
     same as last, and its dense output is the tableau's interpolant on the stages.
-    `scan_stages` is accepted for Diffrax's signature: it changes how Diffrax compiles
-    the stages, never the result, and here explicit stages are always unrolled."""
+    `scan_stages` is accepted for Diffrax's signature and ignored: it changes how
+    Diffrax compiles the stages, never the result. Here explicit stages are always
+    unrolled and implicit stages always run in one `lax.scan`."""
 
     tableau: eqx.AbstractClassVar[ButcherTableau | ImplicitTableau]
     scan_stages: bool = eqx.field(default=False, kw_only=True, static=True)
