@@ -26,10 +26,12 @@ import jax.tree_util as jtu
 
 from adjoints import is_concrete
 
+from ._flat import PyTree
+
 Record = tuple[tuple[Any, ...], Any]
 
 
-def _strip(x: Any) -> Any:
+def _strip(x: PyTree) -> Any:
     """Arrays are recorded by shape and dtype with weak types stripped (a weak and a
     strong float64 are the same input); anything else, Python numbers included (they
     are baked into the trace), by value."""
@@ -38,7 +40,7 @@ def _strip(x: Any) -> Any:
     return x
 
 
-def shape_record(tree: Any) -> Record:
+def shape_record(tree: PyTree) -> Record:
     """Static record of `tree`: its array leaves as `ShapeDtypeStruct`s, other leaves by
     value, and its treedef. Hashable when the non-array leaves are."""
     leaves, treedef = jtu.tree_flatten(tree)
@@ -56,7 +58,7 @@ class TracedFunction(eqx.Module):
     out_struct: Any = eqx.field(static=True)  # ShapeDtypeStructs of the output
     name: str = eqx.field(static=True)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: PyTree) -> Any:
         got = shape_record(args)
         if got != self.in_record:
             raise TypeError(
@@ -73,7 +75,7 @@ def _trace(fn: Callable, example_args: tuple) -> TracedFunction:
     own_at = [i for i, x in enumerate(fn_leaves) if eqx.is_array(x)]
     dynamic, static = eqx.partition(example_args, eqx.is_array)
 
-    def with_explicit_leaves(own: list, dynamic_args: Any) -> Any:
+    def with_explicit_leaves(own: list, dynamic_args: PyTree) -> Any:
         leaves = list(fn_leaves)
         for i, x in zip(own_at, own, strict=True):
             leaves[i] = x
@@ -106,7 +108,7 @@ def _key(fn: Callable, example_args: tuple) -> Hashable | None:
     return key
 
 
-def trace_once(fn: Callable, *example_args: Any) -> TracedFunction:
+def trace_once(fn: Callable, *example_args: PyTree) -> TracedFunction:
     """`fn` as a `TracedFunction` for calls shaped like `example_args` (arrays or
     `ShapeDtypeStruct`s; other leaves are fixed by value)."""
     key = _key(fn, example_args)

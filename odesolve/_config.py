@@ -9,8 +9,8 @@ import jax.tree_util as jtu
 from adjoints import is_concrete
 
 from ._controller._base import AbstractStepSizeController
-from ._event import EventRecord, FlatConditions
-from ._flat import FlatSpec
+from ._event import Event, EventRecord, FlatConditions
+from ._flat import FlatSpec, PyTree, RealScalarLike
 from ._progress_meter import AbstractProgressMeter
 from ._saving import Layout
 from ._solver._base import AbstractSolver
@@ -72,7 +72,14 @@ def check_adaptive(solver: AbstractSolver, controller: AbstractStepSizeControlle
         )
 
 
-def static_times(t0: Any, t1: Any, dt0: Any, save_ts: Any, controller: Any, event: Any) -> bool:
+def static_times(
+    t0: RealScalarLike,
+    t1: RealScalarLike,
+    dt0: RealScalarLike | None,
+    save_ts: PyTree,
+    controller: AbstractStepSizeController,
+    event: Event | None,
+) -> bool:
     """Whether no derivative can flow through the step times: every input that places
     them is a concrete value (not a tracer), and no event moves the end to a root of the
     state. Step sizes themselves are never differentiated (see `PIDController.adapt`).

@@ -11,12 +11,14 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jaxtyping import Array, Float
 
 from adjoints import ContinuousProblem, ForwardMode
 
 from ._controller.clip import ClipStepSizeController
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
+from ._flat import PyTree
 from ._results import UnsupportedCombination
 from ._saveat import SaveAt, save_y
 from ._term import ODETerm
@@ -31,11 +33,11 @@ def check_supported(saveat: SaveAt) -> None:
         )
 
 
-def _zeros_float(tree):
+def _zeros_float(tree: PyTree):
     return jtu.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else None, tree)
 
 
-def _is_none(x):
+def _is_none(x: PyTree):
     return x is None
 
 
@@ -73,7 +75,7 @@ def continuous_problem(
     needed, never closed over: the adjoint calls these functions in its backward pass,
     outside the forward pass's trace."""
 
-    def integrate(field, theta, z0, t0, t1, seminorm, params):
+    def integrate(field, theta, z0, t0: Float[Array, ""], t1: Float[Array, ""], seminorm, params):
         step = None if params.dt0 is None else -jnp.abs(params.dt0)
         controller = _backward_controller(adjoint, params.controller, seminorm)
         sol = diffeqsolve(

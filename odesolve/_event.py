@@ -16,7 +16,7 @@ on the last step's interpolant; the loop itself only carries the conditions' las
 The event time is differentiable (see `_root`).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -27,11 +27,15 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
 from . import _interpolation
-from ._flat import FlatSpec
+from ._controller._base import AbstractStepSizeController
+from ._flat import FlatSpec, PyTree, RealScalarLike
 from ._root import crossing_time
+from ._saveat import SaveAt
+from ._solver._base import AbstractSolver
+from ._term import ODETerm
 
 
-def _is_condition(x: Any) -> bool:
+def _is_condition(x: object) -> bool:
     return callable(x)
 
 
@@ -52,7 +56,9 @@ class Event(eqx.Module):
     root_finder: Any = None
     direction: Any = None
 
-    def __init__(self, cond_fn, root_finder=None, direction=None):
+    def __init__(
+        self, cond_fn: PyTree, root_finder: object = None, direction: bool | None | PyTree = None
+    ):
         leaves, structure = jtu.tree_flatten(cond_fn, is_leaf=_is_condition)
         if not leaves or not all(callable(c) for c in leaves):
             raise TypeError(
@@ -76,7 +82,7 @@ class Event(eqx.Module):
     def conditions(self) -> tuple:
         return tuple(jtu.tree_leaves(self.cond_fn, is_leaf=_is_condition))
 
-    def with_conditions(self, conditions) -> "Event":
+    def with_conditions(self, conditions: Sequence[Callable]) -> "Event":
         structure = jtu.tree_structure(self.cond_fn, is_leaf=_is_condition)
         return Event(jtu.tree_unflatten(structure, conditions), self.root_finder, self.direction)
 
@@ -106,11 +112,20 @@ class BoundCondition(eqx.Module):
 
     converted: Callable
 
-    def __call__(self, t, y, args, **kwargs):
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree, **kwargs: object):
         return self.converted(t, y, args)
 
 
-def condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps) -> dict:
+def condition_kwargs(
+    terms: ODETerm,
+    solver: AbstractSolver,
+    t0: RealScalarLike,
+    t1: RealScalarLike,
+    dt0: RealScalarLike | None,
+    saveat: SaveAt,
+    controller: AbstractStepSizeController,
+    max_steps: int | None,
+) -> dict:
     """The keyword arguments every condition receives (Diffrax's names)."""
     return dict(
         terms=terms,
@@ -132,7 +147,7 @@ class FlatConditions(eqx.Module):
     spec: FlatSpec = eqx.field(static=True)
     direction: Any
 
-    def __call__(self, tau: Any, y: Any, args: Any) -> tuple:
+    def __call__(self, tau: Float[Array, ""], y: PyTree, args: PyTree) -> tuple:
         t, y = self.direction * tau, self.spec.unravel(y)
         return tuple(jnp.asarray(c(t, y, args)) for c in self.conditions)
 
@@ -182,7 +197,9 @@ class EventState(eqx.Module):
     mask: tuple
 
 
-def initial_state(conditions: FlatConditions, t0: Any, y0: Any, args: Any) -> EventState:
+def initial_state(
+    conditions: FlatConditions, t0: Float[Array, ""], y0: Float[Array, " n"], args: PyTree
+) -> EventState:
     values = conditions(t0, y0, args)
     # A boolean condition already true at t0 stops the solve before its first step.
     mask = tuple(v if v.dtype == jnp.bool_ else jnp.asarray(False) for v in values)
@@ -194,9 +211,9 @@ def after_step(
     conditions: FlatConditions,
     state: EventState,
     accept: Bool[Array, ""],
-    t: Any,
-    y: Any,
-    args: Any,
+    t: Float[Array, ""],
+    y: Float[Array, " n"],
+    args: PyTree,
 ) -> EventState:
     """The conditions at the end of a step, kept if it was accepted, and which fired."""
     new = conditions(t, y, args)
@@ -218,7 +235,7 @@ class LastStep(eqx.Module):
     t: Any
     y: Any
 
-    def value(self, t: Any) -> Any:
+    def value(self, t: Float[Array, ""]) -> Any:
         h, theta = _interpolation.position(self.row[0], self.t, t)
         return _interpolation.value(self.table, self.row[1], h, theta, self.row[2])
 
@@ -229,7 +246,7 @@ def locate(
     state: EventState,
     happened: Bool[Array, ""],
     last: LastStep,
-    args: Any,
+    args: PyTree,
 ) -> tuple[Any, Any, Any]:
     """After a solve: the event's time and state, the earliest firing on the last step's
     interpolant (the step's end and state where nothing happened), and the PyTree mask
@@ -259,14 +276,14 @@ def locate(
 
 
 def _firing_time(
-    record: EventRecord, conditions: FlatConditions, i: int, last: LastStep, args: Any
+    record: EventRecord, conditions: FlatConditions, i: int, last: LastStep, args: PyTree
 ) -> Any:
     """When condition i fired on the last step: the step's end for a boolean condition,
     the zero crossing on the step's interpolant for a real one."""
     if conditions.out_struct[i].dtype == jnp.bool_:
         return last.t
 
-    def condition(t: Any, data: tuple) -> Any:
+    def condition(t: Float[Array, ""], data: tuple) -> Any:
         conditions, args, last = data
         return conditions(t, last.value(t), args)[i]
 

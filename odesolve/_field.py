@@ -10,8 +10,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.tree_util as jtu
+from jaxtyping import Array, Float
 
-from ._flat import FlatSpec
+from ._flat import FlatSpec, PyTree
 from ._term import ODETerm
 
 
@@ -22,7 +23,7 @@ class FlatField(eqx.Module):
     spec: FlatSpec = eqx.field(static=True)
     direction: Any
 
-    def __call__(self, tau: Any, y: Any, args: Any) -> Any:
+    def __call__(self, tau: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
         out = self.term.vf(self.direction * tau, self.spec.unravel(y), args)
         return self.direction * self.spec.ravel(out)
 
@@ -35,7 +36,7 @@ class OneTrace:
         self.call: Any = None
         self.static: Any = None  # the non-array leaves `call` was made for
 
-    def made_for(self, static: Any) -> bool:
+    def made_for(self, static: PyTree) -> bool:
         if self.static is None:
             return False
         (old, old_def), (new, new_def) = map(jtu.tree_flatten, (self.static, static))
@@ -55,11 +56,11 @@ class Rematerialised(eqx.Module):
     vf: Any
     one_trace: OneTrace = eqx.field(static=True)
 
-    def __call__(self, t: Any, y: Any, args: Any) -> Any:
+    def __call__(self, t: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
         arrays, static = eqx.partition((self.vf, args), eqx.is_array)
         if not self.one_trace.made_for(static):
 
-            def call(arrays: Any, t: Any, y: Any) -> Any:
+            def call(arrays: PyTree, t: Float[Array, ""], y: Float[Array, " n"]) -> Any:
                 f, a = eqx.combine(arrays, static)
                 return f(t, y, a)
 

@@ -11,9 +11,15 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, Float
+from jax.typing import ArrayLike, DTypeLike
+from jaxtyping import Array, Float, Real
 
 from adjoints import cast
+
+# An arbitrary PyTree (the user's state or args, a loop carry): nothing narrower is true.
+PyTree = Any
+# A scalar time as users pass it: a Python number or a 0-d array, possibly traced.
+RealScalarLike = int | float | Real[Array, ""]
 
 
 class FlatSpec(eqx.Module):
@@ -28,7 +34,7 @@ class FlatSpec(eqx.Module):
     def size(self) -> int:
         return int(sum(int(np.prod(s)) for s in self.shapes))
 
-    def ravel(self, tree: Any) -> Float[Array, " n"]:
+    def ravel(self, tree: PyTree) -> Float[Array, " n"]:
         leaves = jtu.tree_leaves(tree)
         flat = [jnp.ravel(x).astype(self.dtype) for x in leaves]
         return flat[0] if len(flat) == 1 else jnp.concatenate(flat)
@@ -57,7 +63,7 @@ class FlatSpec(eqx.Module):
         return jtu.tree_unflatten(self.treedef, leaves)
 
 
-def widest_float(*values: Any) -> Any:
+def widest_float(*values: ArrayLike | DTypeLike) -> Any:
     """The widest floating dtype among `values` (arrays or dtypes). Python scalars are
     weakly typed and do not count; with none left, JAX's default float. Written out
     rather than `jnp.result_type`, which refuses float32 + float64 under strict
@@ -74,7 +80,7 @@ def widest_float(*values: Any) -> Any:
     return max(dtypes, key=lambda d: jnp.finfo(d).bits)
 
 
-def flat_spec(tree: Any, dtype: Any) -> FlatSpec:
+def flat_spec(tree: PyTree, dtype: DTypeLike) -> FlatSpec:
     leaves, treedef = jtu.tree_flatten(tree)
     return FlatSpec(
         treedef=treedef,
@@ -84,7 +90,7 @@ def flat_spec(tree: Any, dtype: Any) -> FlatSpec:
     )
 
 
-def real_dtype(dtype: Any) -> Any:
+def real_dtype(dtype: DTypeLike) -> Any:
     """The real dtype of the same precision (complex128 -> float64)."""
     return jnp.finfo(dtype).dtype
 
@@ -99,7 +105,7 @@ def state_dtype(leaves: list) -> Any:
     return real
 
 
-def complex_dtype(real: Any) -> Any:
+def complex_dtype(real: DTypeLike) -> Any:
     """The complex dtype whose parts have the precision of `real` (float64 -> complex128);
     named, since strict dtype promotion refuses to derive it."""
     return jnp.dtype(f"complex{2 * max(jnp.finfo(real).bits, 32)}")

@@ -6,11 +6,13 @@ loop's carry and turn it into output afterwards.
 """
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jaxtyping import Array, Float
 
 from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_size
 
@@ -21,7 +23,7 @@ from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
 from ._event import Event, FlatConditions
 from ._field import FlatField
-from ._flat import flat_spec, state_dtype
+from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
 from ._runtime_checks import final_result, input_checks, raise_if_failed
@@ -35,22 +37,22 @@ from ._validate import check_kinds, normalise_inputs
 def diffeqsolve(
     terms: ODETerm,
     solver: AbstractSolver,
-    t0: Any,
-    t1: Any,
-    dt0: Any,
-    y0: Any,
-    args: Any = None,
+    t0: RealScalarLike,
+    t1: RealScalarLike,
+    dt0: RealScalarLike | None,
+    y0: PyTree,
+    args: PyTree = None,
     *,
     saveat: SaveAt = SaveAt(t1=True),
     stepsize_controller: AbstractStepSizeController = ConstantStepSize(),
     adjoint: AbstractAdjoint = RecursiveCheckpointAdjoint(),
-    event: Any = None,
+    event: Event | None = None,
     max_steps: int | None = 4096,
     throw: bool = True,
     progress_meter: AbstractProgressMeter = NoProgressMeter(),
-    solver_state: Any = None,
-    controller_state: Any = None,
-    made_jump: Any = None,
+    solver_state: None = None,
+    controller_state: None = None,
+    made_jump: None = None,
 ) -> Solution:
     """Solve dy/dt = f(t, y, args) from t0 to t1 (Diffrax's signature, ODE subset).
 
@@ -133,18 +135,18 @@ def diffeqsolve(
 _MOST_STEPS = 2**30
 
 
-def _nothing_to_solve_for(empty, event, saveat):
+def _nothing_to_solve_for(empty: PyTree, event: Event | None, saveat: SaveAt):
     """y0 has no arrays (None, {}): as Diffrax, run the clock and return y0's structure
     as the states. The field is not called; events and `SaveAt(fn=...)` see y0. Returns
     (terms, y0, event, saveat) for a stand-in state of no elements."""
 
-    def with_empty_state(fn):
+    def with_empty_state(fn: Callable):
         return lambda t, y, args, **kwargs: fn(t, empty, args, **kwargs)
 
     if event is not None:
         event = event.with_conditions([with_empty_state(c) for c in event.conditions])
 
-    def saving_nothing(sub: Any) -> Any:
+    def saving_nothing(sub: SaveAt | SubSaveAt) -> Any:
         if sub.fn is save_y:
             fn = _save_nothing if empty is None else (lambda t, y, args: empty)
         else:
@@ -159,11 +161,11 @@ def _nothing_to_solve_for(empty, event, saveat):
     return ODETerm(_no_change), jnp.zeros(0), event, saveat
 
 
-def _no_change(t, y, args):
+def _no_change(t: RealScalarLike, y: PyTree, args: PyTree):
     return jnp.zeros_like(y)
 
 
-def _save_nothing(t, y, args):
+def _save_nothing(t: RealScalarLike, y: PyTree, args: PyTree):
     return None
 
 
@@ -171,11 +173,11 @@ def _save_nothing(t, y, args):
 def _solve(
     terms: ODETerm,
     solver: AbstractSolver,
-    t0: Any,
-    t1: Any,
-    dt0: Any,
-    y0: Any,
-    args: Any,
+    t0: Float[Array, ""],
+    t1: Float[Array, ""],
+    dt0: Float[Array, ""] | None,
+    y0: PyTree,
+    args: PyTree,
     *,
     saveat: SaveAt,
     controller: AbstractStepSizeController,
@@ -184,7 +186,7 @@ def _solve(
     throw: bool,
     meter: AbstractProgressMeter,
     event: Event | None,
-    direction: Any,
+    direction: Float[Array, ""],
     num_steps: int | None,
     static_times: bool,
     batch: int,
@@ -250,11 +252,11 @@ def _finish(
     config: Config,
     params: Params,
     saveat: SaveAt,
-    y0: Any,
+    y0: PyTree,
     final: _step.State,
     buffers: tuple,
-    t0: Any,
-    t1: Any,
+    t0: Float[Array, ""],
+    t1: Float[Array, ""],
 ) -> Solution:
     t_end, y_end, event_mask = final.t, final.y, None
     if config.event is not None:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jaxtyping import Array, Float, Int
 
 _counter = itertools.count()
 _open: dict[int, Any] = {}
@@ -45,15 +46,23 @@ class AbstractProgressMeter(eqx.Module):
         last = jax.pure_callback(start, jax.ShapeDtypeStruct((), jnp.float32))
         return key, last
 
-    def due(self, progress: Any, last: Any, num_steps: Any) -> Any:
+    def due(
+        self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
+    ) -> Any:
         """Whether to report now: the progress grew by `minimum_increase`."""
         return progress >= last + self.minimum_increase
 
-    def step(self, key: int, progress: Any, last: Any, num_steps: Any) -> Any:
+    def step(
+        self,
+        key: int,
+        progress: Float[Array, ""],
+        last: Float[Array, ""],
+        num_steps: Int[Array, ""],
+    ) -> Any:
         """Report `progress` in [0, 1] after step `num_steps` if due; returns the new
         `last`."""
 
-        def report(p):
+        def report(p: float):
             jax.debug.callback(lambda q: self._update(key, float(np.min(q))), p)
             return p
 
@@ -65,7 +74,7 @@ class AbstractProgressMeter(eqx.Module):
         last = -eqxi.unvmap_max(-lax.stop_gradient(last))
         return lax.cond(self.due(progress, last, num_steps), report, lambda _: last, progress)
 
-    def close(self, key: int, token: Any) -> None:
+    def close(self, key: int, token: Array) -> None:
         jax.debug.callback(lambda _: self._close(key), token)
 
 
@@ -81,13 +90,13 @@ class TextProgressMeter(AbstractProgressMeter):
 
     minimum_increase: float = 0.02
 
-    def _start(self, key):
+    def _start(self, key: int):
         print("0.00%", flush=True)
 
-    def _update(self, key, progress):
+    def _update(self, key: int, progress: float) -> None:
         print(f"{100 * progress:.2f}%", flush=True)
 
-    def _close(self, key):
+    def _close(self, key: int):
         print("100.00%", flush=True)
 
 
@@ -97,7 +106,7 @@ class TqdmProgressMeter(AbstractProgressMeter):
 
     refresh_steps: int = 20
 
-    def due(self, progress, last, num_steps):
+    def due(self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]):
         # Under `vmap`, the step count of the sample furthest on.
         num_steps = eqxi.unvmap_max(num_steps)
         return (num_steps % self.refresh_steps == 0) & (progress > last)
@@ -114,20 +123,20 @@ class TqdmProgressMeter(AbstractProgressMeter):
                 "TqdmProgressMeter needs tqdm: `pip install tqdm`, or use TextProgressMeter()."
             ) from e
 
-    def _start(self, key):
+    def _start(self, key: int):
         import tqdm
 
         _open[key] = tqdm.tqdm(
             total=100, unit="%", bar_format="{l_bar}{bar}| {n:.1f}/100% [{elapsed}<{remaining}]"
         )
 
-    def _update(self, key, progress):
+    def _update(self, key: int, progress: float) -> None:
         bar = _open.get(key)
         if bar is not None:
             bar.n = 100 * progress
             bar.refresh()
 
-    def _close(self, key):
+    def _close(self, key: int):
         bar = _open.pop(key, None)
         if bar is not None:
             bar.n = 100

@@ -8,10 +8,11 @@ Trace-time mistakes (wrong shapes, wrong signs of concrete values) raise `ValueE
 import enum
 
 import equinox as eqx
+from jaxtyping import Array, Bool, Int
 
 
 class _Lookup(enum.EnumMeta):
-    def __getitem__(cls, key):
+    def __getitem__(cls, key: str | int | Int[Array, ""]):
         """`RESULTS["max_steps_reached"]` is the member; as in Diffrax, `RESULTS[code]`
         for a result code (`sol.result`) is its message."""
         if isinstance(key, str):
@@ -111,18 +112,18 @@ _MESSAGES = {
 }
 
 
-def is_okay(result) -> bool:
+def is_okay(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
     """The solve reached t1 or stopped at an event (works on traced results). Compared
     by value: under `jax.disable_jit()` JAX takes an enum member for a strong int64."""
     return (result == RESULTS.successful.value) | (result == RESULTS.event_occurred.value)
 
 
-def is_successful(result) -> bool:
+def is_successful(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
     """The solve reached t1 (no event stopped it)."""
     return result == RESULTS.successful.value
 
 
-def is_event(result) -> bool:
+def is_event(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
     """An event stopped the solve."""
     return result == RESULTS.event_occurred.value
 

@@ -73,7 +73,9 @@ def _with_root_derivative(g: Callable, data, root):
     return root + (step - jax.lax.stop_gradient(step))
 
 
-def crossing_time(g: Callable, data: Any, t_start, t_end, tolerance) -> Float[Array, ""]:
+def crossing_time(
+    g: Callable, data: Any, t_start: Float[Array, ""], t_end: Float[Array, ""], tolerance
+) -> Float[Array, ""]:
     """Where t -> g(t, data) crosses zero in [t_start, t_end], given that its signs at the
     two ends differ (or one is zero). `data`: the arrays g depends on (the step's
     interpolant, `args`); the search sees them as constants, so no derivative enters the

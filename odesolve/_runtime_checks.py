@@ -7,6 +7,7 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float, Int
 
 from adjoints import trace_time_value
 
@@ -42,7 +43,13 @@ def input_checks(config: Config, params: Params) -> Any:
     return jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
 
 
-def final_result(config: Config, params: Params, result: Any, t: Any, y: Any) -> Any:
+def final_result(
+    config: Config,
+    params: Params,
+    result: Int[Array, ""],
+    t: Float[Array, ""],
+    y: Float[Array, " n"],
+) -> Any:
     unfinished = (result == RESULTS.successful.value) & (t < params.t_end)
     result = jnp.where(unfinished, RESULTS.max_steps_reached, result)
     if not config.needs_error:
@@ -77,5 +84,5 @@ def raise_if_failed(sol: Solution) -> Solution:
     return sol
 
 
-def _raise_failure(code: Any) -> None:
+def _raise_failure(code: np.ndarray) -> None:
     raise SolveError(failure_message(RESULTS(int(code))))

@@ -6,14 +6,17 @@ from typing import Any
 import equinox as eqx
 import jax.tree_util as jtu
 import numpy as np
+from jax.typing import ArrayLike
+
+from ._flat import PyTree, RealScalarLike
 
 
-def save_y(t: Any, y: Any, args: Any) -> Any:
+def save_y(t: RealScalarLike, y: PyTree, args: PyTree) -> Any:
     """The default `fn`: save the state itself."""
     return y
 
 
-def _check_ts(ts: Any, owner: str) -> None:
+def _check_ts(ts: ArrayLike | None, owner: str) -> None:
     if ts is None:
         return
     shape = np.shape(ts)  # a list too, which `jnp.shape` would refuse
@@ -23,7 +26,7 @@ def _check_ts(ts: Any, owner: str) -> None:
         )
 
 
-def _check_steps(steps: Any, owner: str) -> None:
+def _check_steps(steps: int, owner: str) -> None:
     if not isinstance(steps, (bool, int, np.integer)) or steps < 0:
         raise ValueError(f"{owner}(steps={steps!r}): pass True, False or an int >= 1.")
 
@@ -62,7 +65,7 @@ class SubSaveAt(eqx.Module):
         return int(self.steps)
 
 
-def _is_sub(x: Any) -> bool:
+def _is_sub(x: object) -> bool:
     return isinstance(x, SubSaveAt)
 
 

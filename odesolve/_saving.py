@@ -17,12 +17,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from adjoints import Write
 
 from . import _interpolation
-from ._flat import FlatSpec, flat_spec, state_dtype
+from ._flat import FlatSpec, PyTree, flat_spec, state_dtype
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import DenseInterpolation, StepRows
 
@@ -56,7 +56,9 @@ class Layout(eqx.Module):
         return self.has_ts or self.dense or any(o.every for o in self.outputs)
 
 
-def layout(saveat: SaveAt, t0: Any, y0: Any, args: Any, max_steps: int | None) -> Layout:
+def layout(
+    saveat: SaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree, max_steps: int | None
+) -> Layout:
     outputs = saveat.outputs
     if (saveat.dense or any(o.every for o in outputs)) and max_steps is None:
         raise ValueError(
@@ -66,7 +68,7 @@ def layout(saveat: SaveAt, t0: Any, y0: Any, args: Any, max_steps: int | None) -
     return Layout(tuple(_output(o, t0, y0, args) for o in outputs), bool(saveat.dense), max_steps)
 
 
-def _output(sub: SubSaveAt, t0: Any, y0: Any, args: Any) -> Output:
+def _output(sub: SubSaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> Output:
     spec = None
     if sub.every:
         out = jax.eval_shape(sub.fn, t0, y0, args)
@@ -74,7 +76,9 @@ def _output(sub: SubSaveAt, t0: Any, y0: Any, args: Any) -> Output:
     return Output(bool(sub.t0), bool(sub.t1), sub.ts is not None, sub.every, sub.fn, spec)
 
 
-def save_times(saveat: SaveAt, direction: Any, dtype: Any) -> tuple[Array | None, ...]:
+def save_times(
+    saveat: SaveAt, direction: Float[Array, ""], dtype: jnp.dtype
+) -> tuple[Array | None, ...]:
     """Each output's save times in tau, with an inf sentinel after the last (None: no
     `ts`)."""
     return tuple(
@@ -197,7 +201,9 @@ def emit(
 # ------------------------------------------------------------------ buffers
 
 
-def buffers(layout: Layout, save_ts: tuple, spec: FlatSpec, width: int, time_dtype: Any) -> tuple:
+def buffers(
+    layout: Layout, save_ts: tuple, spec: FlatSpec, width: int, time_dtype: jnp.dtype
+) -> tuple:
     """Output buffers in `emit`'s order, each with one scratch row at the end. `width`:
     how many dense vectors a step has."""
     n, dtype = spec.size, spec.dtype
@@ -264,7 +270,7 @@ def outputs(
     return all_ts, all_ys, dense
 
 
-def _one_output(layout, o, s, ts, end, ts_rows, step_rows):
+def _one_output(layout, o, s, ts: Float[Array, " k"], end: "Finish", ts_rows, step_rows):
     """Rows in the order t0, ts, steps, t1; each part a (ts, ys) pair."""
     d = end.direction
     parts = []
@@ -293,7 +299,7 @@ def _saved(o: Output, end: Finish, t: Array, flat_rows: Array) -> tuple[Array, A
     return t, ys
 
 
-def _before(cut, tau, ts, ys):
+def _before(cut, tau: Float[Array, ""], ts: Float[Array, " k"], ys):
     """Save times after an event (tau > cut) were not reached: inf, as unused rows."""
     if cut is None:
         return ts, ys

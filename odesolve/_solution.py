@@ -6,10 +6,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jax.typing import ArrayLike
+from jaxtyping import Array, Float, Int, Real
 
 from . import _interpolation
-from ._flat import FlatSpec
+from ._flat import FlatSpec, RealScalarLike
 from ._results import RESULTS
 
 
@@ -65,15 +66,20 @@ class DenseInterpolation(eqx.Module):
     t0: Any
     t1: Any
 
-    def _tau(self, t):
+    def _tau(self, t: RealScalarLike | Real[Array, " m"]):
         t = jnp.asarray(t, self.rows.t_start.dtype)
         return t, jnp.atleast_1d(t * self.direction)
 
-    def _shape_like(self, t, flat):
+    def _shape_like(self, t: ArrayLike, flat: Float[Array, "m n"]):
         out = self.spec.unravel_rows(flat)
         return jax.tree_util.tree_map(lambda x: x[0], out) if np.ndim(t) == 0 else out
 
-    def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
+    def evaluate(
+        self,
+        t0: RealScalarLike | Real[Array, " m"],
+        t1: RealScalarLike | Real[Array, " m"] | None = None,
+        left: bool = True,
+    ) -> Any:
         """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array.
         Outside the interval solved over: NaN, as in Diffrax (no extrapolation)."""
         if t1 is not None:
@@ -85,7 +91,7 @@ class DenseInterpolation(eqx.Module):
         t, tau = self._tau(t0)
         return self._shape_like(t, self.rows.evaluate(self.interp, tau))
 
-    def derivative(self, t: Any, left: bool = True) -> Any:
+    def derivative(self, t: RealScalarLike | Real[Array, " m"], left: bool = True) -> Any:
         """dy/dt of the interpolant (an approximation to the vector field)."""
         t, tau = self._tau(t)
         flat = self.rows.slope(self.interp, tau) * self.direction
@@ -114,7 +120,12 @@ class Solution(eqx.Module):
     made_jump: Any = None
     event_mask: Any = None
 
-    def evaluate(self, t0: Any, t1: Any = None, left: bool = True) -> Any:
+    def evaluate(
+        self,
+        t0: RealScalarLike | Real[Array, " m"],
+        t1: RealScalarLike | Real[Array, " m"] | None = None,
+        left: bool = True,
+    ) -> Any:
         """The dense solution y(t0), or the increment y(t1) - y(t0) if `t1` is given.
 
         Needs `SaveAt(dense=True)`; raises `ValueError` otherwise.
@@ -132,7 +143,7 @@ class Solution(eqx.Module):
             )
         return self.interpolation.evaluate(t0, t1, left)
 
-    def derivative(self, t: Any, left: bool = True) -> Any:
+    def derivative(self, t: RealScalarLike | Real[Array, " m"], left: bool = True) -> Any:
         """dy/dt of the dense solution at `t`: the interpolant's slope, an approximation
         to the vector field there.
 

@@ -5,7 +5,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from ._controller._base import AbstractStepSizeController
 from ._controller.pid import rms_norm
+from ._flat import PyTree, RealScalarLike
+from ._term import ODETerm
 
 
 def steady_state_event(
@@ -15,7 +18,15 @@ def steady_state_event(
     is once the state has (nearly) stopped moving. `rtol`, `atol`: by default the
     step-size controller's. Pair it with `t1=jnp.inf` to run to the steady state."""
 
-    def steady(t: Any, y: Any, args: Any, *, terms: Any, stepsize_controller: Any, **kwargs):
+    def steady(
+        t: RealScalarLike,
+        y: PyTree,
+        args: PyTree,
+        *,
+        terms: ODETerm,
+        stepsize_controller: AbstractStepSizeController,
+        **kwargs: object,
+    ):
         _rtol = _tolerance(rtol, "rtol", stepsize_controller)
         _atol = _tolerance(atol, "atol", stepsize_controller)
         return norm(terms.vf(t, y, args)) < _atol + _rtol * norm(y)
@@ -23,7 +34,7 @@ def steady_state_event(
     return steady
 
 
-def _tolerance(given: Any, name: str, controller: Any) -> Any:
+def _tolerance(given: float | None, name: str, controller: AbstractStepSizeController) -> Any:
     if given is not None:
         return jnp.asarray(given)
     tolerances = controller.tolerances()

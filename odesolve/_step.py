@@ -11,7 +11,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from adjoints import Write
 
@@ -47,12 +47,12 @@ class State(eqx.Module):
     meter_last: Any
 
 
-def times(config: Config, *ts: Any) -> tuple:
+def times(config: Config, *ts: Float[Array, ""]) -> tuple:
     """Step times as the step uses them: without a derivative when none can flow."""
     return tuple(jax.lax.stop_gradient(t) for t in ts) if config.static_times else ts
 
 
-def clipped_to_end(params: Params, start: Any, end: Any) -> Any:
+def clipped_to_end(params: Params, start: Float[Array, ""], end: Float[Array, ""]) -> Any:
     """Where a step from `start` proposed to end at `end` ends: never past t_end, and at
     t_end when it would leave less than 1% of its length to go (no sliver of a last step,
     and no step of a few ulps left by rounding in start + dt)."""
@@ -61,7 +61,11 @@ def clipped_to_end(params: Params, start: Any, end: Any) -> Any:
 
 
 def initial_state(
-    config: Config, params: Params, y0: Any, initial_result: Any, meter_last: Any
+    config: Config,
+    params: Params,
+    y0: Float[Array, " n"],
+    initial_result: RESULTS | Int[Array, ""],
+    meter_last: Float[Array, ""] | None,
 ) -> State:
     vf, args, t0 = params.vf, params.args, params.t_start
     k0 = vf(t0, y0, args)
@@ -94,7 +98,7 @@ def initial_state(
     )
 
 
-def _empty_row(config: Config, t0: Any, y0: Any) -> tuple:
+def _empty_row(config: Config, t0: Float[Array, ""], y0: Float[Array, " n"]) -> tuple:
     return (t0, y0, tuple(jnp.zeros_like(y0) for _ in config.table))
 
 
@@ -149,7 +153,9 @@ def step(config: Config, params: Params, state: State) -> State:
     )
 
 
-def _next_start(params: Params, accept: Any, t0: Any, t1: Any) -> tuple[Any, Any]:
+def _next_start(
+    params: Params, accept: Bool[Array, ""], t0: Float[Array, ""], t1: Float[Array, ""]
+) -> tuple[Any, Any]:
     """Where the next step starts, and whether this one stopped at a jump (None: no
     jump times). Across a jump the next step starts just after it (its right limit):
     t1 is the float below the jump time."""
@@ -165,7 +171,12 @@ def _next_start(params: Params, accept: Any, t0: Any, t1: Any) -> tuple[Any, Any
 
 
 def _step_result(
-    config: Config, params: Params, out: StepResult, proposed: Any, t_new: Any, next_end: Any
+    config: Config,
+    params: Params,
+    out: StepResult,
+    proposed: RESULTS | Int[Array, ""],
+    t_new: Float[Array, ""],
+    next_end: Float[Array, ""],
 ) -> Any:
     # Every step rejected until t + dt == t: report it rather than spin to max_steps.
     underflow = (next_end <= t_new) & (t_new < params.t_end)
@@ -176,7 +187,7 @@ def _step_result(
     return result
 
 
-def _report_progress(config: Config, params: Params, state: State, t_new: Any) -> Any:
+def _report_progress(config: Config, params: Params, state: State, t_new: Float[Array, ""]) -> Any:
     if state.meter_last is None:
         return None
     # Reported, never differentiated (the meter's callback has no derivative).

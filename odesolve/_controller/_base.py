@@ -9,11 +9,16 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
+from jaxtyping import Array, Float
 
 from adjoints import trace_time_value
 
+from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._solver._base import Field
 
-def concrete_float(x: Any) -> float | None:
+
+def concrete_float(x: object) -> float | None:
     """`x` as a Python float when it is known at trace time, else None (a tracer, or not
     a real scalar)."""
     value = trace_time_value(x)
@@ -43,7 +48,7 @@ class Proposal(eqx.Module):
 class AbstractStepSizeController(eqx.Module):
     """Chooses step sizes. Subclasses implement `init` and `adapt`."""
 
-    def wrap(self, direction: Any) -> "AbstractStepSizeController":
+    def wrap(self, direction: Float[Array, ""]) -> "AbstractStepSizeController":
         return self
 
     @property
@@ -69,31 +74,54 @@ class AbstractStepSizeController(eqx.Module):
         solvers derive their Newton tolerances from these."""
         return None
 
-    def times_are_valid(self, t_start: Any, t_end: Any) -> Any:
+    def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
         """Run-time check of the controller's own times (concrete ones were checked when
         traced): a bool array, False to fail the solve with `invalid_step_times`."""
         return jnp.asarray(True)
 
-    def num_steps(self, t0: Any, t1: Any, dt0: Any) -> int | None:
+    def num_steps(
+        self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
+    ) -> int | None:
         """The number of steps when it is known before solving (static), else None."""
         return None
 
-    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec) -> tuple[Any, Any]:
+    def init(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        dt0: Float[Array, ""] | None,
+        args: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ) -> tuple[Any, Any]:
         """Return (end of the first step, initial state)."""
         raise NotImplementedError  # abstract
 
-    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec) -> Proposal:
+    def adapt(
+        self,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        state: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ) -> Proposal:
         raise NotImplementedError  # abstract
 
 
-def signed_times(ts: Any, direction: Any) -> Any:
+def signed_times(ts: ArrayLike, direction: Float[Array, ""]) -> Any:
     """Times given to a controller, in tau-space (`direction * ts`) and in the solve's time
     dtype, that of `direction`: integer times (`step_ts=[3, 4]`) and a list of Python
     floats beside float32 times then work under strict dtype promotion."""
     return jnp.asarray(ts).astype(jnp.result_type(direction)) * direction
 
 
-def stops_before(jump_ts: Any) -> Any:
+def stops_before(jump_ts: Float[Array, " k"] | None) -> Any:
     """Where steps stop before each jump time: the float just below it, moving with the
     jump time (`nextafter` has no derivative; the one-ulp shift is added to the time
     itself, so a step that ends at a jump has the derivative of its length)."""
@@ -103,7 +131,12 @@ def stops_before(jump_ts: Any) -> Any:
     return jump_ts + (jnp.nextafter(fixed, -jnp.inf) - fixed)
 
 
-def clip_to_times(start: Any, end: Any, step_ts: Any, jump_stops: Any) -> Any:
+def clip_to_times(
+    start: Float[Array, ""],
+    end: Float[Array, ""],
+    step_ts: Float[Array, " k"] | None,
+    jump_stops: Float[Array, " k"] | None,
+) -> Any:
     """Cap a step from `start` at the first step time after it, and at the first stop
     before a jump after it (a step must not straddle a discontinuity, nor end on it: the
     vector field's value exactly there belongs to the other side)."""

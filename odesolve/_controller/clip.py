@@ -3,7 +3,11 @@
 from typing import Any
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
+from jaxtyping import Array, Float
 
+from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._solver._base import Field
 from ._base import AbstractStepSizeController, Proposal, clip_to_times, signed_times, stops_before
 
 
@@ -32,8 +36,8 @@ class ClipStepSizeController(AbstractStepSizeController):
                     f"shape {jnp.shape(ts)}."
                 )
 
-    def wrap(self, direction):
-        def flip(ts):
+    def wrap(self, direction: Float[Array, ""]):
+        def flip(ts: ArrayLike | None):
             return None if ts is None else jnp.sort(signed_times(ts, direction))
 
         return ClipStepSizeController(
@@ -47,7 +51,7 @@ class ClipStepSizeController(AbstractStepSizeController):
     def tolerances(self):
         return self.controller.tolerances()
 
-    def num_steps(self, t0, t1, dt0):
+    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
         if self.step_ts is not None or self.jump_ts is not None:
             return None  # clipping adds steps
         return self.controller.num_steps(t0, t1, dt0)
@@ -63,14 +67,35 @@ class ClipStepSizeController(AbstractStepSizeController):
             return inner if own is None else own
         return jnp.concatenate([own, inner.astype(own.dtype)])
 
-    def times_are_valid(self, t_start, t_end):
+    def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):
         return self.controller.times_are_valid(t_start, t_end)
 
-    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+    def init(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        dt0: Float[Array, ""] | None,
+        args: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         end, state = self.controller.init(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
         return clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts)), state
 
-    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+    def adapt(
+        self,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        state: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         inner = self.controller.adapt(t0, t1, y0, y1, y_error, state, error_order, spec)
         start = jnp.where(inner.accept, t1, t0)
         end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))

@@ -6,8 +6,11 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jaxtyping import Array, Float, Int
 
+from .._flat import FlatSpec, PyTree, RealScalarLike
 from .._results import RESULTS
+from .._solver._base import Field
 from ._base import AbstractStepSizeController, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
@@ -21,7 +24,7 @@ class ConstantStepSize(AbstractStepSizeController):
     With t1 = inf (an event ends the solve) step k ends at t0 + (k+1) dt0.
     """
 
-    def num_steps(self, t0, t1, dt0):
+    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
         t0, t1, dt0 = _concrete(t0), _concrete(t1), _concrete(dt0)
         if None in (t0, t1, dt0) or dt0 == 0 or not math.isfinite(t1 - t0):
             return None
@@ -29,7 +32,18 @@ class ConstantStepSize(AbstractStepSizeController):
         # extra sliver of a step.
         return max(1, math.ceil((t1 - t0) / np.nextafter(dt0, np.inf)))
 
-    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+    def init(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        dt0: Float[Array, ""] | None,
+        args: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         if dt0 is None:
             raise ValueError(
                 "dt0=None: ConstantStepSize cannot choose a step size. Pass dt0 (for "
@@ -45,14 +59,24 @@ class ConstantStepSize(AbstractStepSizeController):
         return self._end_of(1, state), state
 
     @staticmethod
-    def _end_of(k, state):
+    def _end_of(k: int | Int[Array, ""], state: tuple[Array, Array, Array, Array, Array]):
         _, n, t0, t1, dt0 = state
         k_ = jnp.asarray(k, t0.dtype)
         end = t0 + (t1 - t0) * (k_ / n.astype(t0.dtype))
         unbounded = t0 + k_ * dt0  # t1 = inf
         return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
-    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+    def adapt(
+        self,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        state: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         # A step cut short of its grid point (by `ClipStepSizeController`) is followed by
         # one to that grid point: the grid stays where it was.
         k, n, start, end, dt0 = state
@@ -74,20 +98,31 @@ class StepTo(AbstractStepSizeController):
                 f"got shape {shape}."
             )
 
-    def wrap(self, direction):
+    def wrap(self, direction: Float[Array, ""]):
         return StepTo(signed_times(self.ts, direction))
 
-    def num_steps(self, t0, t1, dt0):
+    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
         return len(self.ts) - 1
 
-    def times_are_valid(self, t_start, t_end):
+    def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):
         # In tau-space (see `wrap`): increasing whichever way the solve runs. Written so
         # that NaN fails (a comparison with NaN is False).
         ts = jnp.asarray(self.ts)
         increasing = jnp.all(ts[1:] > ts[:-1])
         return increasing & (ts[0] == t_start) & (ts[-1] == t_end)
 
-    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+    def init(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        dt0: Float[Array, ""] | None,
+        args: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         if dt0 is not None:
             raise ValueError(
                 f"dt0={dt0!r} was passed with StepTo, which takes its steps from `ts`; "
@@ -96,7 +131,17 @@ class StepTo(AbstractStepSizeController):
         ts = jnp.asarray(self.ts)
         return ts[1], jnp.ones((), jnp.int32)
 
-    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+    def adapt(
+        self,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        state: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         ts = jnp.asarray(self.ts)
         k = state + 1
         return Proposal(True, ts[jnp.minimum(k, len(ts) - 1)], k, RESULTS.successful)

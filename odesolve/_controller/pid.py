@@ -17,8 +17,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
+from jaxtyping import Array, Bool, Float
 
+from .._flat import FlatSpec, PyTree
 from .._results import RESULTS
+from .._solver._base import Field
 from ._base import (
     AbstractStepSizeController,
     Proposal,
@@ -29,7 +33,7 @@ from ._base import (
 )
 
 
-def rms_norm(x: Any) -> Any:
+def rms_norm(x: PyTree) -> Any:
     """Root mean square over every element of a PyTree."""
     leaves = jax.tree_util.tree_leaves(x)
     size = sum(leaf.size for leaf in leaves)
@@ -39,7 +43,7 @@ def rms_norm(x: Any) -> Any:
     return jnp.sqrt(total / size)
 
 
-def _is_zero(x: Any) -> bool:
+def _is_zero(x: object) -> bool:
     return isinstance(x, (int, float)) and x == 0
 
 
@@ -55,7 +59,7 @@ _RANGES = {
 }
 
 
-def _known(value: Any) -> float | None:
+def _known(value: object) -> float | None:
     """A scalar option's value when known at construction (None: unset or traced)."""
     return None if value is None else concrete_float(value)
 
@@ -141,8 +145,8 @@ class PIDController(AbstractStepSizeController):
     def tolerances(self):
         return self.rtol, self.atol
 
-    def wrap(self, direction):
-        def flip(ts):
+    def wrap(self, direction: Float[Array, ""]):
+        def flip(ts: ArrayLike | None):
             return None if ts is None else jnp.sort(signed_times(ts, direction))
 
         return eqx.tree_at(
@@ -152,10 +156,16 @@ class PIDController(AbstractStepSizeController):
             is_leaf=lambda x: x is None,
         )
 
-    def _q(self, error_order):
+    def _q(self, error_order: int):
         return error_order if self.error_order is None else self.error_order
 
-    def _scaled_norm(self, y0, y1, y_error, spec):
+    def _scaled_norm(
+        self,
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        spec: FlatSpec,
+    ):
         # A NaN candidate would poison the scale; measure against y0 instead.
         y1 = jnp.where(jnp.isnan(y1), y0, y1)
         scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
@@ -164,7 +174,18 @@ class PIDController(AbstractStepSizeController):
             return rms_norm(scaled)
         return self.norm(spec.unravel(scaled))
 
-    def init(self, vf, t0, t1, y0, k0, dt0, args, error_order, spec):
+    def init(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        dt0: Float[Array, ""] | None,
+        args: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         if dt0 is None:
             dt0 = self._initial_step(vf, t0, y0, k0, args, self._q(error_order), spec)
         dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
@@ -190,7 +211,16 @@ class PIDController(AbstractStepSizeController):
         uses_prev = uses_prevprev or not _is_zero(self.pcoeff)
         return uses_prev, uses_prevprev
 
-    def _initial_step(self, vf, t0, y0, k0, args, q, spec):
+    def _initial_step(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+        q: float,
+        spec: FlatSpec,
+    ):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
         scale = self.atol + jnp.abs(y0) * self.rtol
@@ -204,13 +234,23 @@ class PIDController(AbstractStepSizeController):
         h1 = jnp.where(d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / d) ** (1 / q))
         return lax.stop_gradient(jnp.minimum(100 * h0, h1))
 
-    def _clip_to_ts(self, start, end):
+    def _clip_to_ts(self, start: Float[Array, ""], end: Float[Array, ""]):
         return clip_to_times(start, end, self.step_ts, self.jump_stops())
 
     def jump_stops(self):
         return stops_before(self.jump_ts)
 
-    def adapt(self, t0, t1, y0, y1, y_error, state, error_order, spec):
+    def adapt(
+        self,
+        t0: Float[Array, ""],
+        t1: Float[Array, ""],
+        y0: Float[Array, " n"],
+        y1: Float[Array, " n"],
+        y_error: Float[Array, " n"] | None,
+        state: PyTree,
+        error_order: int,
+        spec: FlatSpec,
+    ):
         inv_prev, inv_prevprev, at_dtmin = state
         q = self._q(error_order)
         error = self._scaled_norm(y0, y1, y_error, spec)
@@ -241,7 +281,13 @@ class PIDController(AbstractStepSizeController):
         )
         return Proposal(accept, self._clip_to_ts(start, start + dt), state, result)
 
-    def _filter(self, inv, inv_prev, inv_prevprev, q):
+    def _filter(
+        self,
+        inv: Float[Array, ""],
+        inv_prev: Float[Array, ""] | None,
+        inv_prevprev: Float[Array, ""] | None,
+        q: float,
+    ):
         c1 = (self.icoeff + self.pcoeff + self.dcoeff) / q
         c2 = -(self.pcoeff + 2 * self.dcoeff) / q
         c3 = self.dcoeff / q
@@ -252,7 +298,9 @@ class PIDController(AbstractStepSizeController):
             factor = factor * inv_prevprev**c3
         return jnp.asarray(factor, dtype=jnp.result_type(inv))
 
-    def _bound(self, dt, at_dtmin, factor):
+    def _bound(
+        self, dt: Float[Array, ""], at_dtmin: Bool[Array, ""] | None, factor: Float[Array, ""]
+    ):
         result = RESULTS.successful
         if self.dtmax is not None:
             dt = jnp.minimum(dt, self.dtmax)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
-from .._flat import FlatSpec, flat_spec, state_dtype
+from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
 from .._term import ODETerm
 
@@ -38,10 +38,10 @@ class StepField(eqx.Module):
     stages: Field
     plain: Field
 
-    def __call__(self, t: Any, y: Any, args: Any) -> Any:
+    def __call__(self, t: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
         return self.stages(t, y, args)
 
-    def at_start(self, t: Any, y: Any, args: Any) -> Any:
+    def at_start(self, t: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
         return self.plain(t, y, args)
 
 
@@ -82,11 +82,11 @@ class AbstractSolver(eqx.Module):
     """A one-step method on the flat state. Subclasses are abstract or final."""
 
     @abc.abstractmethod
-    def order(self, terms: Any = None) -> int:
+    def order(self, terms: ODETerm | None = None) -> int:
         """Order of the solution."""
 
     @abc.abstractmethod
-    def error_order(self, terms: Any = None) -> int:
+    def error_order(self, terms: ODETerm | None = None) -> int:
         """The controller's step-size exponent is 1 / error_order."""
 
     @property
@@ -100,7 +100,14 @@ class AbstractSolver(eqx.Module):
         """Dense-output coefficients, one row per vector of `StepResult.dense`."""
 
     @abc.abstractmethod
-    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+    def start(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+    ) -> Any:
         """The state carried into the first step, given k0 = f(t0, y0)."""
 
     @abc.abstractmethod
@@ -110,9 +117,9 @@ class AbstractSolver(eqx.Module):
         t0: Float[Array, ""],
         h: Float[Array, ""],
         y0: Float[Array, " n"],
-        state: Any,
+        state: PyTree,
         made_jump: Bool[Array, ""] | None,
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> StepResult:
@@ -121,7 +128,9 @@ class AbstractSolver(eqx.Module):
 
     # ------------------------------------------------- Diffrax's low-level API
 
-    def init(self, terms: ODETerm, t0: Any, t1: Any, y0: Any, args: Any) -> Any:
+    def init(
+        self, terms: ODETerm, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
+    ) -> Any:
         """The solver state before the first step (opaque: pass it to `step`)."""
         spec, field = _flat_problem(terms, y0, args)
         y = spec.ravel(y0)
@@ -130,12 +139,12 @@ class AbstractSolver(eqx.Module):
     def step(
         self,
         terms: ODETerm,
-        t0: Any,
-        t1: Any,
-        y0: Any,
-        args: Any,
-        solver_state: Any,
-        made_jump: Any,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        y0: PyTree,
+        args: PyTree,
+        solver_state: PyTree,
+        made_jump: bool | Bool[Array, ""],
     ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
@@ -160,15 +169,15 @@ class AbstractSolver(eqx.Module):
         dense_info = dict(y0=y0, y1=spec.unravel(out.y1), k=out.dense)
         return spec.unravel(out.y1), y_error, dense_info, out.state, result
 
-    def func(self, terms: ODETerm, t0: Any, y0: Any, args: Any) -> Any:
+    def func(self, terms: ODETerm, t0: RealScalarLike, y0: PyTree, args: PyTree) -> Any:
         """The vector field at (t0, y0)."""
         return terms.vf(t0, y0, args)
 
 
-def _flat_problem(terms: ODETerm, y0: Any, args: Any) -> tuple[FlatSpec, Field]:
+def _flat_problem(terms: ODETerm, y0: PyTree, args: PyTree) -> tuple[FlatSpec, Field]:
     spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
 
-    def field(t: Any, y: Any, args: Any) -> Any:
+    def field(t: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
         return spec.ravel(terms.vf(t, spec.unravel(y), args))
 
     return spec, field

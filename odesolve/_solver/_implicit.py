@@ -33,7 +33,8 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
-from ._base import StepContext
+from .._flat import PyTree
+from ._base import Field, StepContext
 from ._runge_kutta import AbstractTableauMethod, Stages
 from ._tableau import ImplicitTableau
 from .root_finder import VeryChord, root_finder_tolerances
@@ -85,7 +86,9 @@ class FlatJacobian(eqx.Module):
             "array, or leave jacobian=None to use jax.jacfwd."
         )
 
-    def __call__(self, vf, t, y, args) -> Float[Array, "n n"]:
+    def __call__(
+        self, vf: Field, t: Float[Array, ""], y: Float[Array, " n"], args: PyTree
+    ) -> Float[Array, "n n"]:
         if self.user_fn is None:
             return jax.jacfwd(lambda x: vf(t, x, args))(y)
         d_y, d_t = jnp.asarray(self.direction, y.dtype), jnp.asarray(self.direction, t.dtype)
@@ -99,24 +102,34 @@ class FlatJacobian(eqx.Module):
         return d_y * jnp.asarray(jac, y.dtype)
 
 
-def _stop(tree: Any) -> Any:
+def _stop(tree: PyTree) -> Any:
     """`lax.stop_gradient` on the inexact arrays of a PyTree (a vector field may hold
     functions as leaves)."""
     return jtu.tree_map(lambda x: lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
 
 
-def _factor(jac, hg):
+def _factor(jac, hg: Float[Array, ""]):
     """LU factors of I - hg J."""
     return jsl.lu_factor(jnp.eye(jac.shape[0], dtype=jac.dtype) - hg * jac)
 
 
-def _chord_iterations(vf, args, t, hg, base, k, lu, settings, status):
+def _chord_iterations(
+    vf: Field,
+    args: PyTree,
+    t: Float[Array, ""],
+    hg: Float[Array, ""],
+    base: Float[Array, " n"],
+    k: Float[Array, " n"],
+    lu,
+    settings,
+    status,
+):
     """Chord iterations from k while `status` is running: (k, status). On divergence k is
     the last iterate before it (the best one, to restart from)."""
 
     ulp = _ROUNDING_ULPS * jnp.finfo(base.dtype).eps
 
-    def body(carry):
+    def body(carry: PyTree):
         k, it, prev_size, _ = carry
         delta = jsl.lu_solve(lu, vf(t, base + hg * k, args) - k)
         scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
@@ -141,7 +154,19 @@ def _chord_iterations(vf, args, t, hg, base, k, lu, settings, status):
 
 
 @eqx.filter_custom_jvp
-def solve_stage(vf, args, t, hg, base, *, guess, lu, settings, skip, jacobian):
+def solve_stage(
+    vf: Field,
+    args: PyTree,
+    t: Float[Array, ""],
+    hg: Float[Array, ""],
+    base: Float[Array, " n"],
+    *,
+    guess: Float[Array, " n"],
+    lu,
+    settings,
+    skip,
+    jacobian,
+):
     """Solve k = vf(t, base + hg k, args) for the stage derivative k: (n,).
 
     Chord iterations with `lu` (factors of I - hg J). If they diverge or cannot converge
@@ -157,13 +182,13 @@ def solve_stage(vf, args, t, hg, base, *, guess, lu, settings, skip, jacobian):
     running = jnp.where(skip, _FAILED, _RUNNING)
     k, status = _chord_iterations(vf, args, t, hg, base, guess, lu, settings, running)
 
-    def retry(carry):
+    def retry(carry: PyTree):
         k, _, _, count = carry
         lu = _factor(jacobian(vf, t, base + hg * k, args), hg)
         k, status = _chord_iterations(vf, args, t, hg, base, k, lu, settings, _RUNNING)
         return k, lu, status, count + 1
 
-    def failing(carry):
+    def failing(carry: PyTree):
         return (carry[2] == _FAILED) & ~skip & (carry[3] < settings.max_refreshes)
 
     k, lu, status, _ = lax.while_loop(failing, retry, (k, lu, status, 0))
@@ -172,7 +197,7 @@ def solve_stage(vf, args, t, hg, base, *, guess, lu, settings, skip, jacobian):
 
 
 @solve_stage.def_jvp
-def _solve_stage_jvp(primals, tangents, **kwargs):
+def _solve_stage_jvp(primals, tangents, **kwargs: object):
     vf, args, t, hg, base = primals
     t_vf, t_args, t_t, t_hg, t_base = tangents
     k, ok, lu = solve_stage(vf, args, t, hg, base, **kwargs)
@@ -193,7 +218,7 @@ def _solve_stage_jvp(primals, tangents, **kwargs):
     return (k, ok, lu), (t_k, None, (None, None))
 
 
-def _newton_settings(solver, context, y0, adaptive) -> NewtonSettings:
+def _newton_settings(solver, context, y0: Float[Array, " n"], adaptive) -> NewtonSettings:
     """Newton tolerances: the solver's own (`root_finder`, or `newton_rtol`/`newton_atol`)
     if set, else the controller's rtol/atol, with kappa = `solver.kappa` (or the root
     finder's); else (fixed steps) 100 ulp relative to the state."""
@@ -229,7 +254,7 @@ def implicit_step(
     h: Float[Array, ""],
     y0: Float[Array, " n"],
     k0: Float[Array, " n"],
-    args: Any,
+    args: PyTree,
     with_error: bool,
     context: StepContext | None,
 ) -> Stages:
@@ -256,7 +281,19 @@ def implicit_step(
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks), failed=failed)
 
 
-def _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobian):
+def _implicit_stages(
+    tableau,
+    vf: Field,
+    args: PyTree,
+    t0: Float[Array, ""],
+    h: Float[Array, ""],
+    hg: Float[Array, ""],
+    y0: Float[Array, " n"],
+    k0: Float[Array, " n"],
+    lu,
+    settings,
+    jacobian,
+):
     """Stages 2..s in a `lax.scan`: each is a while loop, so unrolling them would buy no
     fusion, only s - 1 copies of the Newton solve for every transformation of the step to
     trace and compile. Returns the stage derivatives (s, n) and whether any stage failed."""
@@ -265,7 +302,7 @@ def _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobia
     for i, row in enumerate(tableau.a):
         a[i + 1, : i + 1] = row
 
-    def stage(carry, i):
+    def stage(carry: PyTree, i):
         ks, failed, lu = carry
         # Predictor: the previous stage's derivative (bounded for stiff components, where
         # extrapolating the stages would amplify their fast modes).
@@ -340,7 +377,17 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
         if self.max_refreshes is not None and self.max_refreshes < 0:
             raise ValueError(f"max_refreshes={self.max_refreshes}: must be >= 0.")
 
-    def stages(self, vf, t0, h, y0, k0, args, with_error, context) -> Stages:
+    def stages(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+        with_error,
+        context,
+    ) -> Stages:
         if not jnp.iscomplexobj(y0):
             return implicit_step(self.tableau, self, vf, t0, h, y0, k0, args, with_error, context)
         # A complex state is stepped as its real and imaginary parts: the Newton iterations
@@ -374,5 +421,5 @@ class _RealView(eqx.Module):
 
     vf: Callable
 
-    def __call__(self, t, x, args):
+    def __call__(self, t: Float[Array, ""], x: PyTree, args: PyTree):
         return _as_real(self.vf(t, _as_complex(x), args))

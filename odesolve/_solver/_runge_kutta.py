@@ -6,18 +6,25 @@ coefficients dropped, and there is no stage loop for reverse mode to recompute.
 """
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
 from jaxtyping import Array, Bool, Float
 
+from .._flat import PyTree
+from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
-def _combine(base, h, coeffs, ks):
+def _combine(
+    base: Float[Array, " n"] | None,
+    h: Float[Array, ""],
+    coeffs: Sequence[float],
+    ks: Sequence[Float[Array, " n"]],
+):
     """base + h * sum(c * k), skipping zero coefficients (static)."""
     terms = [c * k for c, k in zip(coeffs, ks) if c != 0]
     if not terms:
@@ -45,7 +52,7 @@ def rk_stages(
     h: Float[Array, ""],
     y0: Float[Array, " n"],
     k0: Float[Array, " n"],
-    args: Any,
+    args: PyTree,
     with_error: bool,
 ) -> Stages:
     """Take one step of `tableau` given k0 = f(t0, y0)."""
@@ -81,16 +88,16 @@ class AbstractTableauMethod(AbstractSolver):
         h: Float[Array, ""],
         y0: Float[Array, " n"],
         k0: Float[Array, " n"],
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> Stages:
         """The step's stages given k0 = f(t0, y0)."""
 
-    def order(self, terms: Any = None) -> int:
+    def order(self, terms: ODETerm | None = None) -> int:
         return self.tableau.order
 
-    def error_order(self, terms: Any = None) -> int:
+    def error_order(self, terms: ODETerm | None = None) -> int:
         # The controller's exponent is 1/error_order; following Diffrax (and Hairer's
         # 1/(min(p, p_hat) + 1)) this is the order of the solution.
         return getattr(self.tableau, "error_order", None) or self.tableau.order
@@ -103,7 +110,14 @@ class AbstractTableauMethod(AbstractSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return tuple(self.tableau.interp[i] for i in self.tableau.interp_stages)
 
-    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+    def start(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+    ) -> Any:
         return k0 if self.tableau.fsal else None
 
     def advance(
@@ -112,9 +126,9 @@ class AbstractTableauMethod(AbstractSolver):
         t0: Float[Array, ""],
         h: Float[Array, ""],
         y0: Float[Array, " n"],
-        state: Any,
+        state: PyTree,
         made_jump: Bool[Array, ""] | None,
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> StepResult:
@@ -125,7 +139,15 @@ class AbstractTableauMethod(AbstractSolver):
         return StepResult(out.y1, out.y_error, dense, state, out.failed)
 
 
-def _first_stage(fsal, vf, t0, y0, carried, made_jump, args):
+def _first_stage(
+    fsal: bool,
+    vf: StepField,
+    t0: Float[Array, ""],
+    y0: Float[Array, " n"],
+    carried: Float[Array, " n"] | None,
+    made_jump: Bool[Array, ""] | None,
+    args: PyTree,
+):
     """f(t0, y0): carried by first-same-as-last methods, and evaluated again after a
     jump (the step then starts just past it, and this is the right limit)."""
     if not fsal:
@@ -138,5 +160,15 @@ def _first_stage(fsal, vf, t0, y0, carried, made_jump, args):
 class AbstractRungeKutta(AbstractTableauMethod):
     """An explicit Runge-Kutta method given by its `tableau` (a class attribute)."""
 
-    def stages(self, vf, t0, h, y0, k0, args, with_error, context) -> Stages:
+    def stages(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+        with_error,
+        context,
+    ) -> Stages:
         return rk_stages(self.tableau, vf, t0, h, y0, k0, args, with_error)

@@ -10,6 +10,8 @@ from typing import Any
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .._flat import PyTree
+from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
 
 
@@ -25,10 +27,10 @@ class HalfSolver(AbstractSolver):
 
     solver: AbstractSolver
 
-    def order(self, terms: Any = None) -> int:
+    def order(self, terms: ODETerm | None = None) -> int:
         return self.solver.order(terms)
 
-    def error_order(self, terms: Any = None) -> int:
+    def error_order(self, terms: ODETerm | None = None) -> int:
         return self.solver.order(terms) + 1
 
     @property
@@ -39,7 +41,14 @@ class HalfSolver(AbstractSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return self.solver.interpolation
 
-    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+    def start(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+    ) -> Any:
         return self.solver.start(vf, t0, y0, k0, args)
 
     def advance(
@@ -48,9 +57,9 @@ class HalfSolver(AbstractSolver):
         t0: Float[Array, ""],
         h: Float[Array, ""],
         y0: Float[Array, " n"],
-        state: Any,
+        state: PyTree,
         made_jump: Bool[Array, ""] | None,
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> StepResult:

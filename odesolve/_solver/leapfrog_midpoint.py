@@ -14,6 +14,8 @@ from typing import Any
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .._flat import PyTree
+from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
 from .reversible_heun import LINEAR
 
@@ -22,10 +24,10 @@ class LeapfrogMidpoint(AbstractSolver):
     """Leapfrog/midpoint (Diffrax's `LeapfrogMidpoint`): second order, one evaluation
     per step, for fixed step sizes."""
 
-    def order(self, terms: Any = None) -> int:
+    def order(self, terms: ODETerm | None = None) -> int:
         return 2
 
-    def error_order(self, terms: Any = None) -> int:
+    def error_order(self, terms: ODETerm | None = None) -> int:
         return 2
 
     @property
@@ -36,7 +38,14 @@ class LeapfrogMidpoint(AbstractSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return LINEAR
 
-    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+    def start(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+    ) -> Any:
         return t0, y0
 
     def advance(
@@ -45,9 +54,9 @@ class LeapfrogMidpoint(AbstractSolver):
         t0: Float[Array, ""],
         h: Float[Array, ""],
         y0: Float[Array, " n"],
-        state: Any,
+        state: PyTree,
         made_jump: Bool[Array, ""] | None,
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> StepResult:

@@ -14,6 +14,8 @@ from typing import Any
 import jax
 from jaxtyping import Array, Bool, Float
 
+from .._flat import PyTree
+from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
 
 # y(theta) = y0 + h theta k, with k = (y1 - y0) / h.
@@ -24,10 +26,10 @@ class ReversibleHeun(AbstractSolver):
     """Reversible Heun (Diffrax's `ReversibleHeun`): second order, one evaluation per
     step, an embedded error estimate, linear dense output."""
 
-    def order(self, terms: Any = None) -> int:
+    def order(self, terms: ODETerm | None = None) -> int:
         return 2
 
-    def error_order(self, terms: Any = None) -> int:
+    def error_order(self, terms: ODETerm | None = None) -> int:
         return 2
 
     @property
@@ -38,7 +40,14 @@ class ReversibleHeun(AbstractSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return LINEAR
 
-    def start(self, vf: Field, t0: Any, y0: Any, k0: Any, args: Any) -> Any:
+    def start(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        y0: Float[Array, " n"],
+        k0: Float[Array, " n"],
+        args: PyTree,
+    ) -> Any:
         return y0, k0
 
     def advance(
@@ -47,9 +56,9 @@ class ReversibleHeun(AbstractSolver):
         t0: Float[Array, ""],
         h: Float[Array, ""],
         y0: Float[Array, " n"],
-        state: Any,
+        state: PyTree,
         made_jump: Bool[Array, ""] | None,
-        args: Any,
+        args: PyTree,
         with_error: bool,
         context: StepContext | None,
     ) -> StepResult:
