@@ -235,9 +235,8 @@ class LastStep(eqx.Module):
     t: Any
     y: Any
 
-    def value(self, t: Float[Array, ""]) -> Any:
-        h, theta = _interpolation.position(self.row[0], self.t, t)
-        return _interpolation.value(self.table, self.row[1], h, theta, self.row[2])
+    def value(self, t: Float[Array, ""]) -> Float[Array, " n"]:
+        return _interpolation.on_step(self.table, self.row, self.t, t)
 
 
 def locate(

@@ -45,3 +45,10 @@ def value(
 def slope(table: Table, theta: Array, ks: Sequence[Array]) -> Array:
     """dy/dt = sum_i w_i'(theta) k_i."""
     return _combine(table, theta, ks, lambda x, p: (p + 1) * x**p)
+
+
+def on_step(table: Table, row: tuple, t1: Array, t: Array) -> Array:
+    """The interpolant of a step `row` = (t0, y0, dense vectors) ending at t1, at t."""
+    t0, y0, ks = row
+    h, theta = position(t0, t1, t)
+    return value(table, y0, h, theta, ks)

@@ -127,8 +127,3 @@ class SaveAt(eqx.Module):
             return per_output[0] if per_output else None
         structure = jtu.tree_structure(self.subs, is_leaf=_is_sub)
         return jtu.tree_unflatten(structure, per_output)
-
-    @property
-    def every(self) -> int:
-        """Save every `every`-th accepted step (0: none); without `subs` only."""
-        return int(self.steps)

@@ -174,8 +174,7 @@ def emit(
         if o.has_ts:
             due = now.t >= s.next_save
             t0, t1, t = times(now.row[0], now.t, s.next_save)
-            h, theta = _interpolation.position(t0, t1, t)
-            value = _interpolation.value(now.table, now.row[1], h, theta, now.row[2])
+            value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
             writes.append(Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value))
             index = s.ts_index + due.astype(jnp.int32)
             s = eqx.tree_at(lambda s: (s.ts_index, s.next_save), s, (index, ts[index]))

@@ -4,6 +4,7 @@ All times here are in the solver's internal time tau = direction * t, which alwa
 increases; `wrap(direction)` maps a controller's own time arrays into it.
 """
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -46,7 +47,8 @@ class Proposal(eqx.Module):
 
 
 class AbstractStepSizeController(eqx.Module):
-    """Chooses step sizes. Subclasses implement `init` and `adapt`."""
+    """Chooses step sizes. Subclasses implement `init` and `adapt`; the other methods
+    say what a controller without error control, jump times or fixed times does."""
 
     def wrap(self, direction: Float[Array, ""]) -> "AbstractStepSizeController":
         return self
@@ -85,6 +87,7 @@ class AbstractStepSizeController(eqx.Module):
         """The number of steps when it is known before solving (static), else None."""
         return None
 
+    @abc.abstractmethod
     def init(
         self,
         vf: Field,
@@ -98,8 +101,8 @@ class AbstractStepSizeController(eqx.Module):
         spec: FlatSpec,
     ) -> tuple[Any, Any]:
         """Return (end of the first step, initial state)."""
-        raise NotImplementedError  # abstract
 
+    @abc.abstractmethod
     def adapt(
         self,
         t0: Float[Array, ""],
@@ -111,7 +114,7 @@ class AbstractStepSizeController(eqx.Module):
         error_order: int,
         spec: FlatSpec,
     ) -> Proposal:
-        raise NotImplementedError  # abstract
+        """Accept or reject the step from t0 to t1, and propose the next one's end."""
 
 
 def signed_times(ts: ArrayLike, direction: Float[Array, ""]) -> Any:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
+from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
 from .._term import ODETerm
@@ -175,9 +176,6 @@ class AbstractSolver(eqx.Module):
 
 
 def _flat_problem(terms: ODETerm, y0: PyTree, args: PyTree) -> tuple[FlatSpec, Field]:
+    """The field on the flat state, in the user's own time (direction +1)."""
     spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
-
-    def field(t: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
-        return spec.ravel(terms.vf(t, spec.unravel(y), args))
-
-    return spec, field
+    return spec, FlatField(terms, spec, 1)

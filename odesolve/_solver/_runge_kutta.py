@@ -98,9 +98,7 @@ class AbstractTableauMethod(AbstractSolver):
         return self.tableau.order
 
     def error_order(self, terms: ODETerm | None = None) -> int:
-        # The controller's exponent is 1/error_order; following Diffrax (and Hairer's
-        # 1/(min(p, p_hat) + 1)) this is the order of the solution.
-        return getattr(self.tableau, "error_order", None) or self.tableau.order
+        return self.tableau.error_order or self.tableau.order
 
     @property
     def adaptive(self) -> bool:

@@ -73,6 +73,12 @@ class ButcherTableau:
         return len(self.c)
 
     @property
+    def error_order(self) -> int:
+        """The controller's exponent is 1/error_order: following Diffrax (and Hairer's
+        1/(min(p, p_hat) + 1)), the order of the solution."""
+        return self.order
+
+    @property
     def fsal(self) -> bool:
         """First same as last: the last stage is f(t1, y1), so it is the next step's first."""
         return len(self.a) > 0 and self.c[-1] == 1 and tuple(self.a[-1]) + (0,) == tuple(self.b)

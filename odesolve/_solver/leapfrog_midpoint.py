@@ -15,28 +15,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree
-from .._term import ODETerm
-from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
-from .reversible_heun import LINEAR
+from ._base import Field, StepContext, StepField, StepResult
+from ._linear import AbstractLinearSecondOrder
 
 
-class LeapfrogMidpoint(AbstractSolver):
+class LeapfrogMidpoint(AbstractLinearSecondOrder):
     """Leapfrog/midpoint (Diffrax's `LeapfrogMidpoint`): second order, one evaluation
     per step, for fixed step sizes."""
-
-    def order(self, terms: ODETerm | None = None) -> int:
-        return 2
-
-    def error_order(self, terms: ODETerm | None = None) -> int:
-        return 2
 
     @property
     def adaptive(self) -> bool:
         return False
-
-    @property
-    def interpolation(self) -> tuple[tuple[float, ...], ...]:
-        return LINEAR
 
     def start(
         self,

@@ -15,30 +15,17 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree
-from .._term import ODETerm
-from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
-
-# y(theta) = y0 + h theta k, with k = (y1 - y0) / h.
-LINEAR: tuple[tuple[float, ...], ...] = ((1.0,),)
+from ._base import Field, StepContext, StepField, StepResult
+from ._linear import AbstractLinearSecondOrder
 
 
-class ReversibleHeun(AbstractSolver):
+class ReversibleHeun(AbstractLinearSecondOrder):
     """Reversible Heun (Diffrax's `ReversibleHeun`): second order, one evaluation per
     step, an embedded error estimate, linear dense output."""
-
-    def order(self, terms: ODETerm | None = None) -> int:
-        return 2
-
-    def error_order(self, terms: ODETerm | None = None) -> int:
-        return 2
 
     @property
     def adaptive(self) -> bool:
         return True
-
-    @property
-    def interpolation(self) -> tuple[tuple[float, ...], ...]:
-        return LINEAR
 
     def start(
         self,
