@@ -65,11 +65,10 @@ def test_a_method_without_an_error_estimate_suggests_halfsolver():
         solve(ode.LeapfrogMidpoint(), 0.1, stepsize_controller=ode.PIDController(1e-6, 1e-6))
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["ReversibleHeun"]
-    + [pytest.param(n, marks=pytest.mark.matrix) for n in ("LeapfrogMidpoint", "HalfSolver(Heun)")],
-)
+# Covered in CI by `test_every_transformation_order` (ReversibleHeun); here also against
+# central differences, before a release.
+@pytest.mark.matrix
+@pytest.mark.parametrize("name", ["ReversibleHeun", "LeapfrogMidpoint", "HalfSolver(Heun)"])
 def test_gradients_match_forward_mode_and_differences(name):
     ours, _, _ = NEW[name]
     controller = ode.ConstantStepSize()
@@ -208,3 +207,64 @@ def test_subsaveat_refuses_mixed_arguments():
         ode.SaveAt(t1=True, subs=ode.SubSaveAt(t0=True))
     with pytest.raises(ValueError, match="saves nothing"):
         ode.SubSaveAt()
+
+
+# ------------------------------------------------------------ every transformation order
+
+ORDER_CASES = {
+    "ReversibleHeun": (ode.ReversibleHeun(), ode.PIDController(rtol=1e-5, atol=1e-5), None),
+    "LeapfrogMidpoint": (ode.LeapfrogMidpoint(), ode.ConstantStepSize(), None),
+    "HalfSolver(Euler)": (
+        ode.HalfSolver(ode.Euler()),
+        ode.PIDController(rtol=1e-4, atol=1e-4),
+        None,
+    ),
+    "Tsit5+SubSaveAt": (
+        ode.Tsit5(),
+        ode.PIDController(rtol=1e-7, atol=1e-7),
+        ode.SaveAt(subs=[ode.SubSaveAt(ts=jnp.array([0.5, 1.5])), ode.SubSaveAt(t1=True)]),
+    ),
+}
+
+
+def order_loss(case, adjoint):
+    solver, controller, saveat = ORDER_CASES[case]
+    saveat = saveat or ode.SaveAt(ts=jnp.array([0.5, 1.5, 2.0]))
+
+    def loss(rate, scale):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field), solver, 0.0, 2.0, 0.05, scale * jnp.asarray([1.0, 0.5]), rate,
+            saveat=saveat, stepsize_controller=controller, adjoint=adjoint,
+        )  # fmt: skip
+        return sum(jnp.sum(jnp.sin(y)) for y in jax.tree.leaves(sol.ys))
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["ReversibleHeun", "Tsit5+SubSaveAt"]
+    + [
+        pytest.param(c, marks=pytest.mark.matrix) for c in ("LeapfrogMidpoint", "HalfSolver(Euler)")
+    ],
+)
+def test_every_transformation_order(case):
+    """grad(vmap), vmap(grad) with a shared and with a batched parameter, nested vmap,
+    jacrev and jit(jvp), each against forward mode one sample at a time."""
+    loss = order_loss(case, ode.RecursiveCheckpointAdjoint())
+    forward = order_loss(case, ode.ForwardMode())
+    rates, scales, rate = jnp.array([0.6, 0.8, 1.1]), jnp.array([0.9, 1.0, 1.2]), 0.8
+    d_rate = np.array([jax.jacfwd(forward)(rate, s) for s in scales])  # shared rate
+    d_own = np.array([jax.jacfwd(forward)(r, s) for r, s in zip(rates, scales)])
+    tol = dict(rtol=1e-9, atol=1e-12)
+    summed = jax.grad(lambda r: jnp.sum(jax.vmap(loss, (None, 0))(r, scales)))(rate)
+    np.testing.assert_allclose(summed, d_rate.sum(), **tol)
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss), (None, 0))(rate, scales), d_rate, **tol)
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss))(rates, scales), d_own, **tol)
+    nested = jax.vmap(jax.vmap(jax.grad(loss)))(rates[:, None], scales[:, None])
+    np.testing.assert_allclose(nested.ravel(), d_own, **tol)
+    jacobian = jax.jacrev(jax.vmap(loss))(rates, scales)
+    np.testing.assert_allclose(jacobian, np.diag(d_own), **tol)
+    direct = order_loss(case, ode.DirectAdjoint())
+    jvp = jax.jit(lambda r, s: jax.jvp(lambda r_: direct(r_, s), (r,), (1.0,))[1])
+    np.testing.assert_allclose([jvp(r, s) for r, s in zip(rates, scales)], d_own, **tol)
