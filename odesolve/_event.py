@@ -27,6 +27,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
 from . import _interpolation
+from ._closure import TracedFunction
 from ._controller._base import AbstractStepSizeController
 from ._flat import FlatSpec, PyTree, RealScalarLike
 from ._root import crossing_time
@@ -69,7 +70,9 @@ class Event(eqx.Module):
             direction = jtu.tree_unflatten(structure, [direction] * len(leaves))
         got = jtu.tree_structure(direction, is_leaf=lambda x: x is None)
         flat_direction = jtu.tree_leaves(direction, is_leaf=lambda x: x is None)
-        if got != structure or any(d not in (None, True, False) for d in flat_direction):
+        # (jaxlib's stub for PyTreeDef declares no __eq__.)
+        bad = any(d not in (None, True, False) for d in flat_direction)
+        if got != structure or bad:  # type: ignore[operator]
             raise ValueError(
                 f"Event(direction={direction!r}) must be None, True, False or a PyTree of "
                 f"those with cond_fn's structure {structure}."
@@ -107,10 +110,10 @@ class EventRecord(NamedTuple):
 
 
 class BoundCondition(eqx.Module):
-    """A condition closure-converted with its keyword arguments already bound (they are
-    fixed for a solve); later keyword arguments are ignored."""
+    """A condition traced once (see `_closure`) with its keyword arguments already bound
+    (they are fixed for a solve); later keyword arguments are ignored."""
 
-    converted: Callable
+    converted: TracedFunction
 
     def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree, **kwargs: object):
         return self.converted(t, y, args)

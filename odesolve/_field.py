@@ -40,7 +40,9 @@ class OneTrace:
         if self.static is None:
             return False
         (old, old_def), (new, new_def) = map(jtu.tree_flatten, (self.static, static))
-        return old_def == new_def and all(a is b for a, b in zip(old, new))
+        # (jaxlib's stub for PyTreeDef declares no __eq__.)
+        same = old_def == new_def  # type: ignore[operator]
+        return same and all(a is b for a, b in zip(old, new))
 
 
 class Rematerialised(eqx.Module):

@@ -72,7 +72,8 @@ def widest_float(*values: ArrayLike | DTypeLike) -> Any:
     for v in values:
         if isinstance(v, (bool, int, float)):
             continue
-        dtype = jnp.dtype(getattr(v, "dtype", v))
+        raw: Any = getattr(v, "dtype", v)
+        dtype = jnp.dtype(raw)
         if jnp.issubdtype(dtype, jnp.inexact):
             dtypes.append(dtype)
     if not dtypes:

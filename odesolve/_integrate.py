@@ -260,6 +260,7 @@ def _finish(
 ) -> Solution:
     t_end, y_end, event_mask = final.t, final.y, None
     if config.event is not None:
+        assert params.conditions is not None and final.event is not None  # made with it
         happened = final.result == RESULTS.event_occurred.value
         last = _event.LastStep(final.row, config.table, final.t, final.y)
         t_end, y_end, event_mask = _event.locate(

@@ -65,21 +65,21 @@ def raise_if_failed(sol: Solution) -> Solution:
     runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
     code = trace_time_value(sol.result)
     if code is not None:
-        failed = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
-        if failed:
-            raise SolveError(failure_message(max(failed)))
+        codes = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
+        if codes:
+            raise SolveError(failure_message(max(codes)))
         return sol
     # One code however large a `vmap` batch is (the largest failure code over the batch,
     # `unvmap_max`): a batched callback would be unrolled into one per sample, thousands
     # of operations to compile for an ensemble. Not `eqx.error_if`: under `jit(grad)` it
     # trips `jax.checking_leaks()`.
     failed = ~is_okay(sol.result)
-    code = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful))
+    worst = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful.value))
     jax.lax.cond(
-        code != RESULTS.successful.value,
+        worst != RESULTS.successful.value,
         lambda c: jax.debug.callback(_raise_failure, c),
         lambda c: None,
-        code,
+        worst,
     )
     return sol
 

@@ -38,6 +38,12 @@ class Output(eqx.Module):
     fn: Callable = eqx.field(static=True)
     steps_spec: FlatSpec | None = eqx.field(static=True)
 
+    @property
+    def spec(self) -> FlatSpec:
+        """`steps_spec`, for an output that saves steps."""
+        assert self.steps_spec is not None
+        return self.steps_spec
+
 
 class Layout(eqx.Module):
     """Every output of a solve, dense output, and the bound that sizes step buffers."""
@@ -49,6 +55,13 @@ class Layout(eqx.Module):
     @property
     def has_ts(self) -> bool:
         return any(o.has_ts for o in self.outputs)
+
+    @property
+    def rows(self) -> int:
+        """Saved steps and dense output have max_steps rows (an int whenever they are
+        asked for: see `layout`)."""
+        assert self.max_steps is not None
+        return self.max_steps
 
     @property
     def records(self) -> bool:
@@ -172,29 +185,44 @@ def emit(
     outputs = []
     for o, s, ts in zip(layout.outputs, state.outputs, save_ts):
         if o.has_ts:
-            due = now.t >= s.next_save
-            t0, t1, t = times(now.row[0], now.t, s.next_save)
-            value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
-            writes.append(Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value))
-            index = s.ts_index + due.astype(jnp.int32)
-            s = eqx.tree_at(lambda s: (s.ts_index, s.next_save), s, (index, ts[index]))
+            s, write = _emit_save_time(s, ts, now, times)
+            writes.append(write)
         if o.every:
-            t_user = now.direction * now.t
-            saved = o.fn(t_user, now.spec.unravel(now.y), now.args)
-            scratch = layout.max_steps // o.every
-            row = jnp.where(s.steps_due, s.steps_row, scratch)
-            writes.append(Write(row, (t_user, o.steps_spec.ravel(saved))))
-            s = OutputState(s.ts_index, s.next_save, jnp.zeros_like(s.steps_due),
-                            s.steps_row + s.steps_due.astype(jnp.int32))  # fmt: skip
+            s, write = _emit_step(o, s, now, layout.rows // o.every)
+            writes.append(write)
         outputs.append(s)
     dense_due, dense_row = state.dense_due, state.dense_row
     if layout.dense:
+        assert dense_due is not None and dense_row is not None
         t0, y0, ks = now.row
-        row = jnp.where(dense_due, dense_row, layout.max_steps)
+        row = jnp.where(dense_due, dense_row, layout.rows)
         writes.append(Write(row, (t0, now.t, y0, jnp.stack(ks))))
         dense_row = dense_row + dense_due.astype(jnp.int32)
         dense_due = jnp.zeros_like(dense_due)
     return SaveState(tuple(outputs), dense_due, dense_row), tuple(writes)
+
+
+def _emit_save_time(
+    s: OutputState, ts: Array, now: Moment, times: Callable
+) -> tuple[OutputState, Write]:
+    """The first save time not done, if it is due (else a write to the scratch row)."""
+    assert s.next_save is not None and s.ts_index is not None
+    due = now.t >= s.next_save
+    t0, t1, t = times(now.row[0], now.t, s.next_save)
+    value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
+    write = Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value)
+    index = s.ts_index + due.astype(jnp.int32)
+    return OutputState(index, ts[index], s.steps_due, s.steps_row), write
+
+
+def _emit_step(o: Output, s: OutputState, now: Moment, scratch: int) -> tuple[OutputState, Write]:
+    """The step just taken, if it is to be saved (else a write to the scratch row)."""
+    assert s.steps_due is not None and s.steps_row is not None
+    t_user = now.direction * now.t
+    saved = o.fn(t_user, now.spec.unravel(now.y), now.args)
+    write = Write(jnp.where(s.steps_due, s.steps_row, scratch), (t_user, o.spec.ravel(saved)))
+    row = s.steps_row + s.steps_due.astype(jnp.int32)
+    return OutputState(s.ts_index, s.next_save, jnp.zeros_like(s.steps_due), row), write
 
 
 # ------------------------------------------------------------------ buffers
@@ -211,11 +239,11 @@ def buffers(
         if o.has_ts:
             out.append(jnp.full((ts.shape[0], n), jnp.inf, dtype))
         if o.every:
-            rows = layout.max_steps // o.every + 1
+            rows = layout.rows // o.every + 1
             times = jnp.full((rows,), jnp.inf, time_dtype)
-            out.append((times, jnp.full((rows, o.steps_spec.size), jnp.inf, o.steps_spec.dtype)))
+            out.append((times, jnp.full((rows, o.spec.size), jnp.inf, o.spec.dtype)))
     if layout.dense:
-        rows = layout.max_steps + 1
+        rows = layout.rows + 1
         out.append(
             (
                 jnp.full((rows,), jnp.inf, time_dtype),
@@ -231,7 +259,7 @@ def max_emits(layout: Layout, save_ts: tuple) -> int:
     """Bound on emit ticks: one per save time, one per recorded step."""
     emits = sum(ts.shape[0] - 1 for ts in save_ts if ts is not None)
     if layout.dense or any(o.every for o in layout.outputs):
-        emits += layout.max_steps
+        emits += layout.rows
     return emits
 
 
@@ -269,13 +297,22 @@ def outputs(
     return all_ts, all_ys, dense
 
 
-def _one_output(layout, o, s, ts: Float[Array, " k"], end: "Finish", ts_rows, step_rows):
+def _one_output(
+    layout: Layout,
+    o: Output,
+    s: OutputState,
+    ts: Float[Array, " k"] | None,
+    end: Finish,
+    ts_rows: Array | None,
+    step_rows: tuple[Array, Array] | None,
+) -> tuple[Array, PyTree]:
     """Rows in the order t0, ts, steps, t1; each part a (ts, ys) pair."""
     d = end.direction
     parts = []
     if o.t0:
         parts.append(_saved(o, end, d * end.t_start[None], end.y0[None]))
     if o.has_ts:
+        assert ts is not None and ts_rows is not None and s.ts_index is not None
         tau = ts[:-1]
         # A solve stopped early (max_steps with throw=False) leaves its later rows unused:
         # inf, in ts as in ys.
@@ -283,6 +320,7 @@ def _one_output(layout, o, s, ts: Float[Array, " k"], end: "Finish", ts_rows, st
         times = jnp.where(rows < s.ts_index, d * tau, jnp.inf)
         parts.append(_before(end.cut, tau, *_saved(o, end, times, ts_rows[:-1])))
     if o.every:
+        assert step_rows is not None
         parts.append(_steps(layout, o, s, end, step_rows))
     if o.t1 and not o.every:
         parts.append(_saved(o, end, d * end.t[None], end.y[None]))
@@ -298,7 +336,9 @@ def _saved(o: Output, end: Finish, t: Array, flat_rows: Array) -> tuple[Array, A
     return t, ys
 
 
-def _before(cut, tau: Float[Array, ""], ts: Float[Array, " k"], ys):
+def _before(
+    cut: Array | None, tau: Float[Array, " k"], ts: Float[Array, " k"], ys: PyTree
+) -> tuple[Array, PyTree]:
     """Save times after an event (tau > cut) were not reached: inf, as unused rows."""
     if cut is None:
         return ts, ys
@@ -308,13 +348,16 @@ def _before(cut, tau: Float[Array, ""], ts: Float[Array, " k"], ys):
     return ts, jtu.tree_map(mask, ys)
 
 
-def _steps(layout: Layout, o: Output, s: OutputState, end: Finish, rows: tuple):
+def _steps(
+    layout: Layout, o: Output, s: OutputState, end: Finish, rows: tuple[Array, Array]
+) -> tuple[Array, PyTree]:
     """Rows saved every `every` accepted steps. As in Diffrax, t1 is saved as one more
     row when the last step was not saved, and the output has max_steps // every rows (one
     more if that does not divide max_steps). After an event (`cut`), the step that
     crossed it ends later: its row is replaced by the event's."""
     t_rows, y_rows = rows
     count = s.steps_row
+    assert count is not None
     dropped = jnp.asarray(False)
     if end.cut is not None:
         last = jnp.maximum(count - 1, 0)
@@ -326,20 +369,21 @@ def _steps(layout: Layout, o: Output, s: OutputState, end: Finish, rows: tuple):
         saved = o.fn(t_final, end.spec.unravel(end.y), end.args)
         row = jnp.where(missing, count, t_rows.shape[0] - 1)
         t_rows = t_rows.at[row].set(t_final)
-        y_rows = y_rows.at[row].set(o.steps_spec.ravel(saved))
+        y_rows = y_rows.at[row].set(o.spec.ravel(saved))
         count = count + missing.astype(jnp.int32)
-    size = layout.max_steps // o.every
-    if o.t1 and layout.max_steps % o.every:
+    size = layout.rows // o.every
+    if o.t1 and layout.rows % o.every:
         size += 1
     valid = jnp.arange(size, dtype=jnp.int32) < count
     ts = jnp.where(valid, t_rows[:size], jnp.inf)
     ys = jnp.where(valid[:, None], y_rows[:size], jnp.inf)
-    return ts, o.steps_spec.unravel_rows(ys)
+    return ts, o.spec.unravel_rows(ys)
 
 
 def _dense(state: SaveState, end: Finish, rows: tuple, table: tuple) -> DenseInterpolation:
     t_start, t_end, y_rows, stage_rows = rows
     count = state.dense_row
+    assert count is not None
     # No step (t0 == t1): the interpolant is the point y0, a row of zero length.
     empty = count == 0
     t_start = t_start.at[0].set(jnp.where(empty, end.t_start, t_start[0]))

@@ -77,6 +77,7 @@ def initial_state(
     )
     event = None
     if config.event is not None:
+        assert params.conditions is not None  # made with the event
         event = _event.initial_state(params.conditions, t0, y0, args)
         at_start = _event.any_fired(event) & (result == RESULTS.successful.value)
         result = jnp.where(at_start, RESULTS.event_occurred, result)
@@ -130,6 +131,7 @@ def step(config: Config, params: Params, state: State) -> State:
     y_new = jnp.where(accept, out.y1, state.y)
     event = state.event
     if config.event is not None:
+        assert params.conditions is not None and event is not None  # made with the event
         event = _event.after_step(
             config.event, params.conditions, event, accept, t_new, y_new, params.args
         )
@@ -141,7 +143,7 @@ def step(config: Config, params: Params, state: State) -> State:
         t_next=next_end,
         y=y_new,
         solver_state=keep(out.state, state.solver_state),
-        made_jump=None if jumped is None else jnp.where(accept, jumped, state.made_jump),
+        made_jump=_made_jump(accept, jumped, state.made_jump),
         controller_state=proposal.state,
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
@@ -151,6 +153,13 @@ def step(config: Config, params: Params, state: State) -> State:
         event=event,
         meter_last=_report_progress(config, params, state, t_new),
     )
+
+
+def _made_jump(accept: Array, jumped: Array | None, before: Array | None) -> Array | None:
+    """Whether the last accepted step ended on a jump (None: there are no jump times)."""
+    if jumped is None or before is None:
+        return None
+    return jnp.where(accept, jumped, before)
 
 
 def _next_start(

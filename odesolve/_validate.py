@@ -180,7 +180,8 @@ def _traced_vector_field(terms, t0, y0, args):
             "state: its imaginary part would be dropped. Return real arrays, or solve for "
             "the real and imaginary parts as two real states."
         )
-    if got_def != want_def or shapes(out) != shapes(expected):
+    # (jaxlib's stub for PyTreeDef declares no __eq__.)
+    if got_def != want_def or shapes(out) != shapes(expected):  # type: ignore[operator]
         raise ValueError(
             "the vector field's output does not match y0: f(t, y, args) returned "
             f"structure {got_def} with shapes {shapes(out)}, but y0 has structure "
@@ -193,7 +194,8 @@ def _traced_vector_field(terms, t0, y0, args):
 def _check_condition_returns_an_array(cond, out) -> None:
     """`out`: the shape of what the condition returned."""
     leaves, treedef = jtu.tree_flatten(out)
-    if len(leaves) != 1 or treedef.num_nodes != 1:
+    # (jaxlib's stub for PyTreeDef declares no num_nodes.)
+    if len(leaves) != 1 or treedef.num_nodes != 1:  # type: ignore[attr-defined]
         raise ValueError(
             f"event condition {cond!r} returned {out!r}; each condition must return a "
             "scalar bool or a scalar float (e.g. y[0] for 'stop when y[0] crosses zero')."

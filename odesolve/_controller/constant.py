@@ -25,12 +25,12 @@ class ConstantStepSize(AbstractStepSizeController):
     """
 
     def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
-        t0, t1, dt0 = _concrete(t0), _concrete(t1), _concrete(dt0)
-        if None in (t0, t1, dt0) or dt0 == 0 or not math.isfinite(t1 - t0):
+        c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0)
+        if c0 is None or c1 is None or cdt is None or cdt == 0 or not math.isfinite(c1 - c0):
             return None
         # nextafter: a span that is a whole number of dt0 up to rounding is not given an
         # extra sliver of a step.
-        return max(1, math.ceil((t1 - t0) / np.nextafter(dt0, np.inf)))
+        return max(1, math.ceil((c1 - c0) / np.nextafter(cdt, np.inf)))
 
     def init(
         self,

@@ -224,7 +224,8 @@ class PIDController(AbstractStepSizeController):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
         scale = self.atol + jnp.abs(y0) * self.rtol
-        norm = rms_norm if self.norm is None else (lambda x: self.norm(spec.unravel(x)))
+        user_norm = self.norm
+        norm = rms_norm if user_norm is None else (lambda x: user_norm(spec.unravel(x)))
         d0, d1 = norm(y0 / scale), norm(k0 / scale)
         tiny = (d0 < 1e-5) | (d1 < 1e-5)
         h0 = jnp.where(tiny, 1e-6, 0.01 * d0 / jnp.where(tiny, 1, d1))
@@ -301,10 +302,11 @@ class PIDController(AbstractStepSizeController):
     def _bound(
         self, dt: Float[Array, ""], at_dtmin: Bool[Array, ""] | None, factor: Float[Array, ""]
     ):
-        result = RESULTS.successful
+        result: Any = RESULTS.successful
         if self.dtmax is not None:
             dt = jnp.minimum(dt, self.dtmax)
         if self.dtmin is not None:
+            assert at_dtmin is not None  # carried whenever there is a dtmin
             if not self.force_dtmin:
                 result = jnp.where(dt < self.dtmin, RESULTS.dt_min_reached, result)
             dt = jnp.where(at_dtmin & (factor == 1), self.dtmin, dt)

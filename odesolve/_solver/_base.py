@@ -135,7 +135,8 @@ class AbstractSolver(eqx.Module):
         """The solver state before the first step (opaque: pass it to `step`)."""
         spec, field = _flat_problem(terms, y0, args)
         y = spec.ravel(y0)
-        return self.start(field, t0, y, field(t0, y, args), args)
+        t = jnp.asarray(t0)
+        return self.start(field, t, y, field(t, y, args), args)
 
     def step(
         self,
@@ -163,7 +164,7 @@ class AbstractSolver(eqx.Module):
             self.adaptive,
             context,
         )
-        result = RESULTS.successful
+        result: Any = RESULTS.successful
         if out.failed is not None:
             result = jnp.where(out.failed, RESULTS.nonlinear_divergence, result)
         y_error = None if out.y_error is None else spec.unravel(out.y_error)

@@ -349,6 +349,7 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
       stages are solved by chord iterations whichever is passed.
     """
 
+    tableau: eqx.AbstractClassVar[ImplicitTableau]
     jacobian: Callable | None = None
     newton_rtol: float | None = None
     newton_atol: float | None = None

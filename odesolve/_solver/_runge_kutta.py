@@ -158,6 +158,8 @@ def _first_stage(
 class AbstractRungeKutta(AbstractTableauMethod):
     """An explicit Runge-Kutta method given by its `tableau` (a class attribute)."""
 
+    tableau: eqx.AbstractClassVar[ButcherTableau]
+
     def stages(
         self,
         vf: Field,

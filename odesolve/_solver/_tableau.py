@@ -14,6 +14,7 @@ describes it.
 
 import dataclasses
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class ButcherTableau:
         return used_stages(self.interp)
 
 
-def as_floats(rows) -> tuple:
+def as_floats(rows: Any) -> Any:
     """Fractions (exact published values) to float tuples."""
     if isinstance(rows, (list, tuple)):
         return tuple(as_floats(r) for r in rows)

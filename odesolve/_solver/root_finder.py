@@ -7,6 +7,7 @@ optimistix's root finders (`optx.Chord`, `optx.Newton`, which carry `rtol` and `
 are read the same way.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -31,7 +32,7 @@ class VeryChord(eqx.Module):
             )
 
 
-def with_stepsize_controller_tols(cls: type) -> type:
+def with_stepsize_controller_tols(cls: type) -> Callable[..., Any]:
     """As Diffrax: `with_stepsize_controller_tols(VeryChord)()` makes a root finder that
     takes its tolerances from the step-size controller (here: `rtol=atol=None`)."""
 

@@ -51,7 +51,7 @@ def compile_function(fn: Callable, inputs: tuple, cache: dict | None = None) -> 
     """Compile `fn` for `inputs`, timing trace + lower + XLA compile; with `cache` (a dict
     kept for one run), a function already compiled for such inputs is not compiled again."""
     key = None if cache is None else _signature(fn, inputs)
-    if key is not None and key in cache:
+    if cache is not None and key in cache:
         return dataclasses.replace(cache[key], reused=True)
     start = time.perf_counter()
     executable = jax.jit(fn).lower(*inputs).compile()
@@ -62,7 +62,7 @@ def compile_function(fn: Callable, inputs: tuple, cache: dict | None = None) -> 
         analysis = analysis[0] if analysis else None
     temp = None if analysis is None else int(analysis.temp_size_in_bytes)
     compiled = Compiled(executable, compile_s, temp)
-    if key is not None:
+    if cache is not None:
         cache[key] = compiled
     return compiled
 
@@ -94,7 +94,7 @@ def interleaved_medians(
     seconds (W1, W2), and on one 2-core run W3's odesolve and Diffrax measured 30.5 and
     30.5 ms interleaved with the PyTorch peers, 18.2 and 23.0 ms without them."""
     groups = groups or [None] * len(executables)
-    samples = [[] for _ in executables]
+    samples: list[list[float]] = [[] for _ in executables]
     for group in dict.fromkeys(groups):
         members = [i for i, g in enumerate(groups) if g == group]
         for round_index in range(max(repeats[i] for i in members)):
@@ -189,7 +189,8 @@ def measure_case(
     case: Case, repeats: int, budget_s: float | None = None, cache: dict | None = None
 ) -> list[dict]:
     """One row per entry of `case`: compile time, run time, memory, steps, error."""
-    rows, executables = {}, []
+    rows: dict = {}
+    executables = []
     for entry in case.entries:
         compiled = prepare(entry, rows, case.inputs, cache)
         rows[entry.library] = _first_row(case, entry, compiled)

@@ -43,11 +43,12 @@ def _bytes(count: int | None) -> str:
     """Bytes in B, KB, MB or GB (powers of 1000, as the README quotes them)."""
     if count is None:
         return "-"
+    size = float(count)
     for unit in ("B", "KB", "MB"):
-        if count < 1000:
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.3g} {unit}"
-        count /= 1000
-    return f"{count:.3g} GB"
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1000
+    return f"{size:.3g} GB"
 
 
 def table(rows: list[dict]) -> str:

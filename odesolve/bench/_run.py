@@ -45,6 +45,7 @@ def run_workload(
     executables, so a function two workloads share is compiled once."""
     size = workload.size(mode, jax.default_backend())
     progress(f"{workload.id}: {workload.title}" + ("" if size is None else f" (size {size})"))
+    assert workload.cases is not None  # a derived workload is not run on its own
     cases = workload.cases(size, peers)
     progress(f"  {workload.id}: problems and reference solutions ready")
     rows = []
@@ -59,7 +60,10 @@ def run(only: str | None = None, mode: str = "quick", repeats: int | None = None
     peers, notes = load_peers()
     for note in notes:
         progress(note)
-    rows, skipped, start, cache = [], {}, time.perf_counter(), {}
+    rows: list[dict] = []
+    skipped: dict = {}
+    cache: dict = {}
+    start = time.perf_counter()
     for workload in selection(only):
         missing = missing_requirements(workload, peers["odesolve"])
         if missing:

@@ -49,6 +49,14 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().numpy()
 
 
+def _label(peer: str, which: int) -> str:
+    """The row label of a peer's forward (0) or gradient (1) entry; a peer without a
+    forward entry is never asked for one."""
+    label = LABELS[peer][which]
+    assert label is not None
+    return label
+
+
 def _eager(library: str, run: Callable[[], tuple]) -> Entry:
     """An eager entry: `run() -> (result, Work)` ignores the case's (JAX) inputs, having its
     own tensors of the same values. Its tensors live on the CPU; beside JAX on a GPU the
@@ -170,7 +178,7 @@ def _solvers(peers: dict, field, tolerance: float, dt0: float, adjoint: bool = F
 
 
 # Row labels: (forward, gradient) per solver of `_solvers`.
-LABELS = {
+LABELS: dict[str, tuple[str | None, str]] = {
     "torchdiffeq": ("torchdiffeq (Dopri5)", "torchdiffeq (Dopri5, backprop)"),
     "torchdiffeq adjoint": (None, "torchdiffeq (Dopri5, odeint_adjoint)"),
     "torchode": ("torchode (Tsit5)", "torchode (Tsit5, AutoDiffAdjoint)"),
@@ -190,7 +198,7 @@ def lotka_volterra_entries(
     solvers = _solvers(peers, LotkaVolterra(rates), tolerance, dt0)
     one = lambda solve: lambda: _first_sample(solve(y0s, ts))
     if not gradient:
-        return [_eager(LABELS[name][0], _forward(one(s))) for name, s in solvers.items()]
+        return [_eager(_label(name, 0), _forward(one(s))) for name, s in solvers.items()]
     return [_eager(LABELS[name][1], _rates_gradient(one(s), rates)) for name, s in solvers.items()]
 
 
@@ -204,7 +212,7 @@ def neural_entries(
     solvers = _solvers(peers, field, tolerance, dt0, adjoint=gradient and adjoint)
     batch = lambda solve: lambda: solve(y0s, ts)
     if not gradient:
-        return [_eager(LABELS[name][0], _forward(batch(s))) for name, s in solvers.items()]
+        return [_eager(_label(name, 0), _forward(batch(s))) for name, s in solvers.items()]
     parameters = tuple(field.parameters())
     return [
         _eager(LABELS[name][1], _mlp_gradient(batch(s), parameters)) for name, s in solvers.items()

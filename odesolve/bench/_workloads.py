@@ -8,6 +8,7 @@ the same thing whatever precision the caller's process defaults to.
 """
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -389,7 +390,7 @@ def _robertson_solve(lib, t1: float, y0, tolerances: dict, rates):
 
 def _w5_cases(t1: float, peers: dict) -> list[Case]:
     y0, rates = jnp.asarray(ROBERTSON_Y0, F64), jnp.asarray(ROBERTSON_RATES, F64)
-    stiff = dict(method="Radau", rtol=1e-12, atol=1e-16)
+    stiff: dict[str, Any] = dict(method="Radau", rtol=1e-12, atol=1e-16)
     solve = lambda lib, tol=W5_TOLERANCES: functools.partial(_robertson_solve, lib, t1, y0, tol)
     gradient_of = lambda lib, tol=W5_TOLERANCES: _gradient(solve(lib, tol), sum_of_squares)
     forward = _with_each_api(peers, solve, evals=None)
@@ -522,7 +523,7 @@ def _w4_case_check(rows, case):
         _row(rows, case, "diffrax"),
         _row(rows, case, "lax.scan RK4 (stores every step)"),
     )
-    if None in (budget, tape, diffrax, scan):
+    if budget is None or tape is None or diffrax is None or scan is None:
         return None, f"{case}: rows missing"
     temp, diffrax_temp = budget["temp_bytes"], diffrax["temp_bytes"]
     memory_ok = temp is not None and temp <= diffrax_temp
@@ -538,7 +539,7 @@ def _w4_case_check(rows, case):
 def _w6_case_check(rows, case):
     ours, diffrax = _row(rows, case, "odesolve"), _row(rows, case, "diffrax")
     limit = _row(rows, case, "lax.scan Tsit5 (limit)")
-    if None in (ours, diffrax, limit):
+    if ours is None or diffrax is None or limit is None:
         return None, f"{case}: rows missing"
     speedup = diffrax["run_ms"] / ours["run_ms"]
     to_limit = ours["run_ms"] / limit["run_ms"]
