@@ -1,11 +1,12 @@
 """Progress meters: report how far through [t0, t1] a solve is, from inside the jitted loop.
 
 The loop calls `meter.step(key, progress, last, num_steps)` each step; a host callback
-fires only when a report is due (`due`: by default when the progress has grown by
-`minimum_increase` since the last one), under `lax.cond`, so a meter costs a comparison
+fires only when a report is due (`due`: for the text meter, when the progress has grown
+by `minimum_increase` since the last one), under `lax.cond`, so a meter costs a comparison
 per step. Under `vmap` the slowest sample's progress is shown.
 """
 
+import abc
 import itertools
 from typing import Any, ClassVar
 
@@ -18,6 +19,9 @@ from jax import lax
 from jaxtyping import Array, Float, Int
 
 _counter = itertools.count()
+# The tqdm bars of running solves, by the key each solve's meter was given when traced:
+# the host callbacks receive only that key (a meter is a static, hashed part of a compiled
+# solve, so it cannot hold a bar itself).
 _open: dict[int, Any] = {}
 
 
@@ -25,13 +29,24 @@ class AbstractProgressMeter(eqx.Module):
     """Host-side start/update/close around the loop; `active` False skips everything."""
 
     active: ClassVar[bool] = True
-    minimum_increase: float = 0.01
 
-    def _start(self, key: int) -> None: ...
+    @abc.abstractmethod
+    def _start(self, key: int) -> None:
+        """Open the display (on the host)."""
 
-    def _update(self, key: int, progress: float) -> None: ...
+    @abc.abstractmethod
+    def _update(self, key: int, progress: float) -> None:
+        """Show `progress` in [0, 1] (on the host)."""
 
-    def _close(self, key: int) -> None: ...
+    @abc.abstractmethod
+    def _close(self, key: int) -> None:
+        """Close the display (on the host)."""
+
+    @abc.abstractmethod
+    def due(
+        self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
+    ) -> Any:
+        """Whether to report now."""
 
     def init(self) -> Any:
         """Open the meter (a host callback); returns the progress already reported."""
@@ -45,12 +60,6 @@ class AbstractProgressMeter(eqx.Module):
         # the bar's creation before its updates.
         last = jax.pure_callback(start, jax.ShapeDtypeStruct((), jnp.float32))
         return key, last
-
-    def due(
-        self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
-    ) -> Any:
-        """Whether to report now: the progress grew by `minimum_increase`."""
-        return progress >= last + self.minimum_increase
 
     def step(
         self,
@@ -83,12 +92,32 @@ class NoProgressMeter(AbstractProgressMeter):
 
     active: ClassVar[bool] = False
 
+    def _start(self, key: int) -> None:
+        pass
+
+    def _update(self, key: int, progress: float) -> None:
+        pass
+
+    def _close(self, key: int) -> None:
+        pass
+
+    def due(
+        self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
+    ) -> Any:
+        return jnp.asarray(False)
+
 
 class TextProgressMeter(AbstractProgressMeter):
     """Print the percentage done to stdout (as Diffrax), every `minimum_increase` (default
     2%)."""
 
     minimum_increase: float = 0.02
+
+    def due(
+        self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
+    ) -> Any:
+        """The progress grew by `minimum_increase` since the last report."""
+        return progress >= last + self.minimum_increase
 
     def _start(self, key: int):
         print("0.00%", flush=True)
