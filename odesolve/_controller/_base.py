@@ -47,45 +47,42 @@ class Proposal(eqx.Module):
 
 
 class AbstractStepSizeController(eqx.Module):
-    """Chooses step sizes. Subclasses implement `init` and `adapt`; the other methods
-    say what a controller without error control, jump times or fixed times does."""
+    """Chooses step sizes. Times given to a controller are internal (tau = direction *
+    t, see `wrap`), so they always increase. Subclasses are abstract or final."""
 
+    @abc.abstractmethod
     def wrap(self, direction: Float[Array, ""]) -> "AbstractStepSizeController":
-        return self
+        """This controller with its own times mapped to tau = direction * t."""
 
     @property
+    @abc.abstractmethod
     def needs_error(self) -> bool:
-        """Whether `adapt` reads the solver's error estimate."""
-        return False
+        """Whether `adapt` reads the solver's error estimate (static)."""
 
     @property
-    def jump_ts(self) -> Any:
-        return None
-
-    @property
+    @abc.abstractmethod
     def has_jumps(self) -> bool:
         """Whether steps stop at jump times (static)."""
-        return self.jump_ts is not None
 
-    def jump_stops(self) -> Any:
+    @abc.abstractmethod
+    def jump_stops(self) -> Float[Array, " k"] | None:
         """Where steps stop before each jump time (None: no jumps)."""
-        return None
 
+    @abc.abstractmethod
     def tolerances(self) -> tuple[Any, Any] | None:
         """(rtol, atol) of the error control, or None for fixed step sizes. Implicit
         solvers derive their Newton tolerances from these."""
-        return None
 
+    @abc.abstractmethod
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
         """Run-time check of the controller's own times (concrete ones were checked when
         traced): a bool array, False to fail the solve with `invalid_step_times`."""
-        return jnp.asarray(True)
 
+    @abc.abstractmethod
     def num_steps(
         self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
     ) -> int | None:
         """The number of steps when it is known before solving (static), else None."""
-        return None
 
     @abc.abstractmethod
     def init(

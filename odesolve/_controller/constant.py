@@ -15,7 +15,25 @@ from ._base import AbstractStepSizeController, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
 
-class ConstantStepSize(AbstractStepSizeController):
+class AbstractFixedStepController(AbstractStepSizeController):
+    """Step sizes fixed before solving: no error control, no jump times."""
+
+    @property
+    def needs_error(self) -> bool:
+        return False
+
+    @property
+    def has_jumps(self) -> bool:
+        return False
+
+    def jump_stops(self) -> None:
+        return None
+
+    def tolerances(self) -> None:
+        return None
+
+
+class ConstantStepSize(AbstractFixedStepController):
     """n = ceil((t1 - t0) / dt0) equal steps: of size dt0 when it divides t1 - t0.
 
     Step k ends at t0 + (t1 - t0) (k+1)/n rather than at a running sum of dt0, so rounding
@@ -23,6 +41,12 @@ class ConstantStepSize(AbstractStepSizeController):
     step, a dt0 that does not divide the span gives n steps slightly shorter than dt0.
     With t1 = inf (an event ends the solve) step k ends at t0 + (k+1) dt0.
     """
+
+    def wrap(self, direction: Float[Array, ""]) -> "ConstantStepSize":
+        return self
+
+    def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
+        return jnp.asarray(True)
 
     def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
         c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0)
@@ -85,7 +109,7 @@ class ConstantStepSize(AbstractStepSizeController):
         return Proposal(True, self._end_of(k + 1, state), state, RESULTS.successful)
 
 
-class StepTo(AbstractStepSizeController):
+class StepTo(AbstractFixedStepController):
     """Step exactly to each time in `ts` (which must start at t0 and end at t1)."""
 
     ts: Any

@@ -20,7 +20,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
-from .._flat import FlatSpec, PyTree
+from .._flat import FlatSpec, PyTree, RealScalarLike
 from .._results import RESULTS
 from .._solver._base import Field
 from ._base import (
@@ -144,6 +144,18 @@ class PIDController(AbstractStepSizeController):
 
     def tolerances(self):
         return self.rtol, self.atol
+
+    @property
+    def has_jumps(self) -> bool:
+        return self.jump_ts is not None
+
+    def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
+        return jnp.asarray(True)
+
+    def num_steps(
+        self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
+    ) -> int | None:
+        return None
 
     def wrap(self, direction: Float[Array, ""]):
         def flip(ts: ArrayLike | None):
