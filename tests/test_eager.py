@@ -30,11 +30,15 @@ def test_an_eager_solve_costs_well_under_a_millisecond_or_two():
     term = ode.ODETerm(lambda t, y, args: -y)
     solve = lambda: ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2)).ys
     solve().block_until_ready()
-    start = time.perf_counter()
-    for _ in range(20):
-        solve().block_until_ready()
-    # 0.5 ms here (2 cores); it was 3 ms when every call traced the field twice.
-    assert (time.perf_counter() - start) / 20 < 2e-3
+    rounds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10):
+            solve().block_until_ready()
+        rounds.append((time.perf_counter() - start) / 10)
+    # The best round, so that other processes on a loaded machine do not count: 0.5 ms
+    # here (2 cores), and it was 3 ms when every call traced the field twice.
+    assert min(rounds) < 2e-3, rounds
 
 
 def test_fields_closing_over_traced_values_are_still_converted():
