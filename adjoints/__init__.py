@@ -19,12 +19,18 @@ from ._adjoint import (
 from ._adjoint import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
+from ._adjoint import (
+    ReversibleAdjoint as ReversibleAdjoint,
+)
 from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._batching import batch_size as batch_size
 from ._concrete import is_concrete as is_concrete
 from ._concrete import trace_time_value as trace_time_value
 from ._loop import (
     Loop as Loop,
+)
+from ._loop import (
+    Reversal as Reversal,
 )
 from ._loop import (
     Write as Write,

@@ -42,6 +42,7 @@ from ._checkpointed import checkpointed_loop
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
+from ._reversible import reversible_loop
 from ._schedule import Nested, Online, Revolve, Segments, Tape
 from ._sweep import num_ticks_bound
 
@@ -71,6 +72,8 @@ class AbstractAdjoint(eqx.Module):
     continuous: ClassVar[bool] = False
     # Whether the adjoint is a custom VJP, which cannot be forward-differentiated.
     reverse_only: ClassVar[bool] = False
+    # Whether the adjoint undoes the loop's steps, and so needs `Loop.reversal`.
+    reverses: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run_loop(
@@ -275,3 +278,18 @@ class BacksolveAdjoint(AbstractAdjoint):
         if problem is None:
             raise ValueError("BacksolveAdjoint needs the ODE: call it through diffeqsolve.")
         return backsolve_loop(loop, problem, params, init, buffers, self.seminorm)
+
+
+class ReversibleAdjoint(AbstractAdjoint):
+    """Reverse mode by running the solve backwards: for a reversible solver
+    (`Reversible(solver)`, `ReversibleHeun()`), each step is undone algebraically in
+    the reverse sweep, so no state is stored. Memory: one state and a few scalars per
+    step taken (times and step sizes), whatever the size of the state; gradients are
+    those of the computed solution, exact but for rounding in the rebuilt states.
+    Reverse mode only (use `ForwardMode` or `DirectAdjoint` for `jax.jvp`)."""
+
+    reverse_only: ClassVar[bool] = True
+    reverses: ClassVar[bool] = True
+
+    def run_loop(self, loop, params, init, buffers, problem=None):
+        return reversible_loop(loop, params, init, buffers)

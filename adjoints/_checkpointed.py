@@ -66,7 +66,7 @@ def _fwd(
     choose: ChooseSchedule,
 ) -> tuple[Plain, Sweep]:
     params, init = params_and_init
-    diff = _diff(perturbed, params)
+    diff = diff_of(perturbed, params)
     schedule = choose(loop, init, params, diff, loop.batch_size)
     batched = loop.batch_size > 1
     final, buffers, sweep = forward_sweep(loop, schedule, params, diff, init, buffers, batched)
@@ -85,10 +85,10 @@ def _bwd(
     choose: ChooseSchedule,
 ) -> tuple[PyTree, PyTree]:
     params, init = params_and_init
-    diff = _diff(perturbed, params)
+    diff = diff_of(perturbed, params)
     ct_final, ct_buffers = grad_obj
-    ct_final = split_floats(_materialise(ct_final, jax.eval_shape(lambda: init)))[0]
-    ct_buffers = _materialise(ct_buffers, jax.eval_shape(lambda: buffers))
+    ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
+    ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     start = (ct_final, zero_params)
     scratch = scratch_writes(buffers)
@@ -98,13 +98,13 @@ def _bwd(
     return ct_params, ct_init
 
 
-def _diff(perturbed: tuple[PyTree[bool], PyTree[bool]], params: PyTree) -> PyTree[bool]:
+def diff_of(perturbed: tuple[PyTree[bool], PyTree[bool]], params: PyTree) -> PyTree[bool]:
     """Which parameter leaves are differentiated: a parameter that is not (save times, the
     controller's tolerances) would otherwise get a cotangent accumulated every step."""
     return jtu.tree_map(lambda p, x: bool(p) and is_float(x), perturbed[0], params)
 
 
-def _materialise(ct: PyTree, shapes: PyTree[jax.ShapeDtypeStruct]) -> PyTree:
+def materialise(ct: PyTree, shapes: PyTree[jax.ShapeDtypeStruct]) -> PyTree:
     """Replace symbolic-zero (None) cotangents by zeros; non-float leaves stay None."""
 
     def one(c: Array | None, s: jax.ShapeDtypeStruct | None) -> Array | None:

@@ -61,6 +61,30 @@ class StepMemo:
         self.layouts: list[tuple[tuple[Any, ...], Layout]] = []
 
 
+class Reversal(eqx.Module):
+    """How a loop runs backwards, for a loop whose steps can be undone (a reversible
+    solver): the reverse sweep rebuilds each carry from the one after it instead of
+    storing it.
+
+    - `keep(carry) -> small`: the part of a carry kept for every tick, with the large
+      parts (the state vectors) left out: times, step sizes, counters, controller and
+      output progress.
+    - `restore(after, small) -> carry`: `small` with the large parts of `after`. An emit
+      changes no large part, so this is the carry before an emit from the carry after
+      it and what `keep` kept of the carry before it.
+    - `undo(params, after, small) -> before`: likewise the carry before a step, its
+      large parts rebuilt by undoing the step.
+    - `unstable`: the message of the error raised when the rebuilt initial carry is not
+      the initial carry (to sqrt of the float type's resolution, relative): undoing the
+      ticks amplified rounding errors, and the gradient would be wrong.
+    """
+
+    keep: Callable[[PyTree], PyTree] = eqx.field(static=True)
+    restore: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True)
+    undo: Callable[[PyTree, PyTree, PyTree], PyTree] = eqx.field(static=True)
+    unstable: str = eqx.field(static=True, default="undoing the loop's ticks was unstable")
+
+
 class Loop(eqx.Module):
     """What a solver hands to an adjoint.
 
@@ -85,6 +109,8 @@ class Loop(eqx.Module):
     - `batch_size`: how many loops run together under `vmap` (see `_batching`): they run
       in lockstep and share a memory budget. It changes how the work is scheduled, never
       what is computed.
+    - `reversal`: how to undo ticks (see `Reversal`), or None; only `ReversibleAdjoint`
+      needs it.
     - `memo`: what tracing the loop's step found (see `StepMemo`); made with the loop,
       never passed.
     """
@@ -99,6 +125,7 @@ class Loop(eqx.Module):
     replay: Callable[[PyTree, Array], PyTree] | None = eqx.field(static=True, default=None)
     num_steps: int | None = eqx.field(static=True, default=None)
     batch_size: int = eqx.field(static=True, default=1)
+    reversal: Reversal | None = eqx.field(static=True, default=None)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:

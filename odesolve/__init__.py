@@ -21,6 +21,9 @@ from adjoints import (
 from adjoints import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
+from adjoints import (
+    ReversibleAdjoint as ReversibleAdjoint,
+)
 
 from ._controller import (
     AbstractStepSizeController as AbstractStepSizeController,
@@ -69,6 +72,7 @@ from ._solver import AbstractERK as AbstractERK
 from ._solver import AbstractESDIRK as AbstractESDIRK
 from ._solver import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._solver import AbstractImplicitSolver as AbstractImplicitSolver
+from ._solver import AbstractReversibleSolver as AbstractReversibleSolver
 from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
 )
@@ -111,6 +115,7 @@ from ._solver import (
 from ._solver import (
     Ralston as Ralston,
 )
+from ._solver import Reversible as Reversible
 from ._solver import ReversibleHeun as ReversibleHeun
 from ._solver import (
     Tsit5 as Tsit5,

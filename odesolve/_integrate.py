@@ -26,6 +26,7 @@ from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import RESULTS
+from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import Solution
@@ -238,6 +239,7 @@ def _solve(
         batch_size=batch,
         decision=(lambda s: s.t_next) if config.needs_error else None,
         replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
+        reversal=reversal(config) if adjoint.reverses else None,
     )
     buffers = _saving.buffers(config.saving, params.save_ts, spec, len(config.table), time_dtype)
     problem = None

@@ -179,6 +179,8 @@ class Adjoint:
     events: bool = True
     # A continuous adjoint solves the adjoint ODE backwards: only for continuous fields.
     continuous: bool = False
+    # The solver it differentiates (a key of SOLVERS); the reference uses the same one.
+    solver: str = "tsit5"
 
 
 def _checkpointed(**kw):
@@ -201,6 +203,13 @@ ADJOINTS: dict[str, Adjoint] = {
         continuous=True,
     ),
     "forward": Adjoint(lambda: ode.ForwardMode(), reverse=False, forward=True),
+    # Exact but for rounding in the rebuilt states, which the solve amplifies.
+    "reversible": Adjoint(lambda: ode.ReversibleAdjoint(), rtol=1e-8, solver="reversible"),
+}
+
+SOLVERS: dict[str, Callable] = {
+    "tsit5": lambda: ode.Tsit5(),
+    "reversible": lambda: ode.Reversible(ode.Tsit5()),
 }
 
 
@@ -213,6 +222,7 @@ class Problem:
     params: str
     controller: str
     offline: bool  # save y(t1) only, as offline schedules need
+    solver: str = "tsit5"
 
     def solve(self, p, y0, adjoint):
         ctrl = CONTROLLERS[self.controller]
@@ -222,7 +232,7 @@ class Problem:
         saveat = ode.SaveAt(t1=True) if final_only else ode.SaveAt(ts=SAVE_TS)
         sol = ode.diffeqsolve(
             term,
-            ode.Tsit5(),
+            SOLVERS[self.solver](),
             0.0,
             T1,
             ctrl.dt0,
@@ -362,6 +372,12 @@ def valid(case: Case) -> bool:
         return False
     if adjoint.continuous and case.field not in CONTINUOUS:
         return False
+    # The first sample starts exactly on the jump of `with_cond`: a reversible solver
+    # cannot undo a step that starts on a discontinuity (the rebuilt state lands on
+    # either side), and raises instead (test_reversible.py). `switch` and `where` cover
+    # fields with branches.
+    if adjoint.solver == "reversible" and case.field == "cond":
+        return False
     # The module transformation differentiates a module of its own (the smooth field).
     if case.transformation == "filter_vmap(filter_grad)" and (
         case.params != "module" or case.field != "smooth"
@@ -371,15 +387,35 @@ def valid(case: Case) -> bool:
 
 
 # Values left to the marked runs: each shares its code path with a value the suite keeps
-# (on these small problems the default adjoint tapes, `checkpoints=3` thins online, and
-# `jvp(grad)` is the forward-over-reverse that `hessian` repeats per direction).
-HEAVY = {"tape", "online", "grad", "hessian"}
+# (`jvp(grad)` is the forward-over-reverse that `hessian` repeats per direction). The
+# checkpointing schedules differ from `default` (which tapes these small problems) only
+# in where states are stored and how often steps are recomputed: their custom VJP and
+# its batching rules are the same code, and test_adjoints.py and test_schedules.py check
+# each schedule's gradients and recomputations.
+# The reversible adjoint's batched reverse sweep, undoing and linearising a double step,
+# compiles slowly with a branching field under nested `vmap` (over a minute): the suite
+# keeps a few cases on the smooth field (`reversible_cases`).
+HEAVY = {
+    *("tape", "online", "segments", "revolve", "nested", "checkpoints=3", "reversible"),
+    *("grad", "hessian"),
+}
 
 
 def all_cases(light: bool = False) -> list[Case]:
     """Every valid case; `light`: without the `HEAVY` values."""
     names = [[n for n in f if not (light and n in HEAVY)] for f in FACTORS]
     return [c for c in (Case(*combo) for combo in itertools.product(*names)) if valid(c)]
+
+
+def reversible_cases() -> list[Case]:
+    """The reversible adjoint under the transformations that batch or nest its reverse
+    sweep, on the smooth field with adaptive steps and save times, and a closure with an
+    event under `jit(grad)`; every pair runs with `-m matrix`."""
+    names = ("vmap(grad) shared", "grad(vmap)", "jacrev", "vmap(vmap(grad))")
+    cases = [Case("reversible", t, "args", "smooth", "pid") for t in names]
+    # And a closure with an event.
+    cases.append(Case("reversible", "jit(grad)", "closure", "smooth", "event"))
+    return [c for c in cases if valid(c)]
 
 
 def _pairs(case: Case) -> set:

@@ -241,7 +241,15 @@ def test_revolve_gradient_matches_unrolled_loop():
     assert relative_error(grads, ref) <= 1e-10
 
 
-@pytest.mark.parametrize("lengths", [(6,), (8, 3), (12, 4, 2)], ids=["1-level", "2", "3"])
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        (6,),
+        pytest.param((8, 3), marks=pytest.mark.matrix),
+        pytest.param((12, 4, 2), marks=pytest.mark.matrix),
+    ],
+    ids=["1-level", "2", "3"],
+)
 def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
     """Nested segments (the default adjoint's choice for a known step count when taping
     does not fit), one to three levels, on a count no level divides; under jit, and

@@ -19,6 +19,7 @@ from composition import (
     all_cases,
     covering_cases,
     relative_error,
+    reversible_cases,
 )
 
 REFERENCES = References()
@@ -26,14 +27,25 @@ REFERENCES = References()
 
 def _check(case):
     adjoint = ADJOINTS[case.adjoint]
-    problem = Problem(case.field, case.params, case.controller, adjoint.needs_fixed)
+    problem = Problem(case.field, case.params, case.controller, adjoint.needs_fixed, adjoint.solver)
     transformation = TRANSFORMATIONS[case.transformation]
     actual = transformation.run(problem, adjoint.make())
     expected = REFERENCES.get(problem, case.transformation)
-    assert relative_error(actual, expected) <= adjoint.rtol
+    assert relative_error(actual, expected) <= _tolerance(case, adjoint.rtol)
 
 
-_SUITE = covering_cases(light=True)
+def _tolerance(case, rtol):
+    # Forward over reverse through the `lax.switch` field with adaptive steps differs
+    # from the forward-over-forward reference by 3.03e-10 for every adjoint alike
+    # (DirectAdjoint, JAX's own differentiation of a scan, included; they agree with
+    # each other to 1e-15): a property of the two orders of differentiation of the
+    # same program, not of an adjoint.
+    if case.transformation == "jvp(grad)" and case.field == "switch":
+        return max(rtol, 1e-9)
+    return rtol
+
+
+_SUITE = covering_cases(light=True) + reversible_cases()
 _PAIRS = [c for c in covering_cases() if c not in _SUITE]
 _REST = set(_SUITE) | set(_PAIRS)
 

@@ -243,10 +243,9 @@ def order_loss(case, adjoint):
 
 @pytest.mark.parametrize(
     "case",
-    ["ReversibleHeun"]
-    + [
+    [
         pytest.param(c, marks=pytest.mark.matrix)
-        for c in ("Tsit5+SubSaveAt", "LeapfrogMidpoint", "HalfSolver(Euler)")
+        for c in ("ReversibleHeun", "Tsit5+SubSaveAt", "LeapfrogMidpoint", "HalfSolver(Euler)")
     ],
 )
 def test_every_transformation_order(case):

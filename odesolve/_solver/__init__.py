@@ -1,3 +1,4 @@
+from ._base import AbstractReversibleSolver as AbstractReversibleSolver
 from ._base import AbstractSolver as AbstractSolver
 from ._base import StepContext as StepContext
 from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
@@ -27,6 +28,7 @@ from .kvaerno import Kvaerno3 as Kvaerno3
 from .kvaerno import Kvaerno4 as Kvaerno4
 from .kvaerno import Kvaerno5 as Kvaerno5
 from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
+from .reversible import Reversible as Reversible
 from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .root_finder import VeryChord as VeryChord
 from .root_finder import with_stepsize_controller_tols as with_stepsize_controller_tols

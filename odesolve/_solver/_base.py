@@ -13,7 +13,7 @@ real time, for people who write their own loops; it is built on the same two met
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -174,6 +174,30 @@ class AbstractSolver(eqx.Module):
     def func(self, terms: ODETerm, t0: RealScalarLike, y0: PyTree, args: PyTree) -> Any:
         """The vector field at (t0, y0)."""
         return terms.vf(t0, y0, args)
+
+
+class AbstractReversibleSolver(AbstractSolver):
+    """A solver whose accepted steps can be undone algebraically: from the state after
+    a step, the state before it (exact in exact arithmetic). `ReversibleAdjoint` rebuilds
+    the solve backwards this way instead of storing it.
+
+    `reverses_jumps`: a step that starts just after a discontinuity (`jump_ts`) can be
+    undone too; not for a method that evaluates the field there at another state."""
+
+    reverses_jumps: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def retreat(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y1: Float[Array, " n"],
+        state1: PyTree,
+        args: PyTree,
+    ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        """Undo the accepted step from t0 of size h that ended at (y1, state1): the
+        (y0, state0) it started from, and the step's dense vectors (as `advance` gave)."""
 
 
 def _flat_problem(terms: ODETerm, y0: PyTree, args: PyTree) -> tuple[FlatSpec, Field]:

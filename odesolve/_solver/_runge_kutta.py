@@ -54,12 +54,18 @@ def rk_stages(
     k0: Float[Array, " n"],
     args: PyTree,
     with_error: bool,
+    last_stage: bool = True,
 ) -> Stages:
-    """Take one step of `tableau` given k0 = f(t0, y0)."""
+    """Take one step of `tableau` given k0 = f(t0, y0). `last_stage=False`: a first
+    same as last tableau's last stage, f(t1, y1), is only wanted for the error estimate,
+    so is not evaluated without one."""
     ks = [k0]
     stage_y = y0
-    for ci, row in zip(tableau.c[1:], tableau.a):
+    rows = len(tableau.a)
+    for i, (ci, row) in enumerate(zip(tableau.c[1:], tableau.a)):
         stage_y = _combine(y0, h, row, ks)
+        if i == rows - 1 and tableau.fsal and not (last_stage or with_error):
+            break
         ks.append(vf(t0 + ci * h, stage_y, args))
     # FSAL: the last stage was evaluated at y1 itself; reuse it rather than recombine.
     y1 = stage_y if tableau.fsal else _combine(y0, h, tableau.b, ks)

@@ -6,22 +6,30 @@ SDEs", NeurIPS 2021. The method carries a second state yhat and the field there:
     yhat1 = 2 y0 - yhat0 + h f(t0, yhat0),    y1 = y0 + h (f(t0, yhat0) + f(t1, yhat1)) / 2,
 
 one new evaluation per step, second order, with the embedded first-order estimate
-h (f(t1, yhat1) - f(t0, yhat0)) / 2. Dense output is linear between y0 and y1.
+h (f(t1, yhat1) - f(t0, yhat0)) / 2. Dense output is linear between y0 and y1. A step
+is undone exactly (in exact arithmetic), for `ReversibleAdjoint`, by
+
+    yhat0 = 2 y1 - yhat1 - h f(t1, yhat1),    y0 = y1 - h (f(t0, yhat0) + f(t1, yhat1)) / 2.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree
-from ._base import Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._linear import AbstractLinearSecondOrder
 
 
-class ReversibleHeun(AbstractLinearSecondOrder):
+class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
     """Reversible Heun (Diffrax's `ReversibleHeun`): second order, one evaluation per
-    step, an embedded error estimate, linear dense output."""
+    step, an embedded error estimate, linear dense output; `ReversibleAdjoint` undoes
+    its steps."""
+
+    # After a jump the step takes f at y0, not at yhat0 (see `advance`): that step is
+    # not algebraically reversible.
+    reverses_jumps: ClassVar[bool] = False
 
     @property
     def adaptive(self) -> bool:
@@ -59,3 +67,18 @@ class ReversibleHeun(AbstractLinearSecondOrder):
         y1 = y0 + h * mean
         y_error = 0.5 * h * (f1 - f0) if with_error else None
         return StepResult(y1, y_error, (mean,), (yhat1, f1))
+
+    def retreat(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y1: Float[Array, " n"],
+        state1: PyTree,
+        args: PyTree,
+    ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        yhat1, f1 = state1
+        yhat0 = 2 * y1 - yhat1 - h * f1
+        f0 = vf(t0, yhat0, args)
+        mean = 0.5 * (f0 + f1)
+        return y1 - h * mean, (yhat0, f0), (mean,)

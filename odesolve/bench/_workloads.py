@@ -39,6 +39,12 @@ def tsit5_evals(steps: int) -> int:
     return 6 * steps + 1
 
 
+def reversible_tsit5_evals(steps: int) -> int:
+    """`Reversible(Tsit5())`: a Tsit5 step from z (7 stages, the last for the error
+    estimate) and one back from y (6), per step, and 1 at the start."""
+    return 13 * steps + 1
+
+
 def sum_of_squares(ys):
     return jnp.sum(ys**2)
 
@@ -167,10 +173,15 @@ def _neural_problem(batch: int):
     return params, field, y0s, jnp.linspace(0.0, 1.0, 20, dtype=F32)
 
 
-def _neural_solve_one(lib, field, ts, params, y0):
+def _neural_solve_one(lib, field, ts, params, y0, reversible: bool = False):
+    """One sample's solve; `reversible`: odesolve's `Reversible(Tsit5())` differentiated
+    by `ReversibleAdjoint` (else Tsit5 and the library's default adjoint)."""
+    solver, extra = lib.Tsit5(), {}
+    if reversible:
+        solver, extra = lib.Reversible(solver), dict(adjoint=lib.ReversibleAdjoint())
     return lib.diffeqsolve(
         lib.ODETerm(field),
-        lib.Tsit5(),
+        solver,
         ts[0],
         ts[-1],
         ts[1] - ts[0],
@@ -178,12 +189,14 @@ def _neural_solve_one(lib, field, ts, params, y0):
         params,
         saveat=lib.SaveAt(ts=ts),
         stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6),
+        **extra,
     )
 
 
-def _neural_solve(lib, field, ts, params, y0s):
+def _neural_solve(lib, field, ts, params, y0s, reversible: bool = False):
     """Every y0 in `y0s` solved by `vmap` (each keeps its own steps); (ys, num_steps)."""
-    sol = jax.vmap(lambda y0: _neural_solve_one(lib, field, ts, params, y0))(y0s)
+    one = lambda y0: _neural_solve_one(lib, field, ts, params, y0, reversible)
+    sol = jax.vmap(one)(y0s)
     return sol.ys, sol.stats["num_steps"]
 
 
@@ -202,10 +215,10 @@ def _neural_gradient(solve):
 
 
 @functools.cache
-def _neural_functions(lib, batch: int) -> tuple:
+def _neural_functions(lib, batch: int, reversible: bool = False) -> tuple:
     """(forward, value_and_grad) of the batched neural ODE solve with `lib`, made once."""
     _, field, _, ts = _neural_problem(batch)
-    solve = functools.partial(_neural_solve, lib, field, ts)
+    solve = functools.partial(_neural_solve, lib, field, ts, reversible=reversible)
     return solve, _neural_gradient(solve)
 
 
@@ -234,6 +247,9 @@ def _torch_neural(peers: dict, batch: int, gradient: bool, adjoint: bool = False
 def _w3_cases(batch: int, peers: dict) -> list[Case]:
     params, _, y0s, _ = _neural_problem(batch)
     entries = _with_each_api(peers, lambda lib: _neural_functions(lib, batch)[1])
+    if "odesolve" in peers:
+        reversible = lambda rows: _neural_functions(peers["odesolve"], batch, True)[1]
+        entries.append(Entry("odesolve (reversible)", reversible, reversible_tsit5_evals))
     entries += _torch_neural(peers, batch, gradient=True, adjoint=True)
     error = _loss_error(mean_of_squares(_neural_reference(batch)))
     label = f"W3 B={batch}"
@@ -297,11 +313,12 @@ def _w3p_cases(batch: int, peers: dict) -> list[Case]:
 # --- W4: long horizon, constant steps, memory -----------------------------------------
 
 
-def _w4_solve(lib, n: int, adjoint, y0, args):
-    """W1's field on [0, 10] in n constant Tsit5 steps; (y(10) as a (1, 2) array, steps)."""
+def _w4_solve(lib, n: int, adjoint, y0, args, solver=None):
+    """W1's field on [0, 10] in n constant Tsit5 steps (or `solver`'s); (y(10) as a (1, 2)
+    array, steps)."""
     sol = lib.diffeqsolve(
         lib.ODETerm(lotka_volterra),
-        lib.Tsit5(),
+        lib.Tsit5() if solver is None else solver,
         0.0,
         10.0,
         10.0 / n,
@@ -317,6 +334,7 @@ def _w4_solve(lib, n: int, adjoint, y0, args):
 # Diffrax's stored states (it then keeps nested segments; see adjoints/_schedule/nested.py).
 W4_BUDGET = 16 * 2**10
 W4_BUDGET_ROW = "odesolve (16 KiB budget)"
+W4_REVERSIBLE_ROW = "odesolve (reversible, coupling=1)"
 
 
 def diffrax_checkpoints(n: int) -> int:
@@ -341,6 +359,12 @@ def _w4_case(n: int, peers: dict) -> Case:
         )
         entries.append(Entry(W4_BUDGET_ROW, lambda rows: grad(ode, budget), tsit5_evals))
         entries.append(Entry("odesolve (tape)", lambda rows: grad(ode, tape), tsit5_evals))
+        # coupling=1: the default 0.999 multiplies rounding errors by 0.999^-n when the
+        # steps are undone, too much for 1e4 steps (benchmarks/reversible.py measures it).
+        solver = ode.Reversible(ode.Tsit5(), coupling=1.0)
+        undone = functools.partial(_w4_solve, ode, n, ode.ReversibleAdjoint(), y0, solver=solver)
+        reversible = lambda rows: _gradient(undone, sum_of_squares)
+        entries.append(Entry(W4_REVERSIBLE_ROW, reversible, reversible_tsit5_evals))
     if "diffrax" in peers:
         dfx = peers["diffrax"]
         adjoint = dfx.RecursiveCheckpointAdjoint()

@@ -1,0 +1,312 @@
+"""Reverse mode for a loop whose ticks can be undone (`Loop.reversal`): no stored states.
+
+Forward sweep: run the ticks, keeping for each only what `Reversal.keep` says (times,
+step sizes, counters: a few scalars, never the state vectors). Reverse sweep: from the
+final carry, for k = n-1, ..., 0, rebuild the carry before tick k with `Reversal.undo`
+and apply the tick's VJP there. Memory is one carry and the kept scalars, whatever the
+number of steps; each step is undone once and linearised once.
+
+The gradient is that of the computed discretisation, exact but for the rounding errors
+of the rebuilt states (an algebraically reversible solver's backward recursion is exact
+in exact arithmetic).
+
+Symbolic zeros and batching follow `_checkpointed`: every cotangent is one sample's, and
+`vmap`'s rules for custom VJPs sum shared parameters' where the composition asks for it.
+"""
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Bool, Int, PyTree
+
+from ._checkpointed import diff_of, materialise
+from ._lockstep import if_any, lockstep_while, tree_where
+from ._loop import Buffers, Loop, Plain, Reversal, apply_writes, run_plain
+from ._residuals import linearise, transposed
+from ._sweep import num_ticks_bound, scratch_writes, split_floats
+from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
+
+# What the forward sweep leaves: the final carry, what was kept of the carry before
+# each tick (row k; a last, scratch row), and the number of ticks.
+Kept = tuple[PyTree, PyTree, Int[Array, ""]]
+
+
+def _put(records: PyTree, k: Int[Array, ""], small: PyTree, active: Bool[Array, ""]) -> PyTree:
+    def one(rows: Array, value: Array) -> Array:
+        row = jnp.where(active, k, rows.shape[0] - 1)
+        return lax.dynamic_update_index_in_dim(rows, jnp.asarray(value, rows.dtype), row, 0)
+
+    return jtu.tree_map(one, records, small)
+
+
+def _get(records: PyTree, k: Int[Array, ""]) -> PyTree:
+    return jtu.tree_map(lambda rows: rows[jnp.maximum(k, 0)], records)
+
+
+def forward_sweep(
+    loop: Loop, reversal: Reversal, params: PyTree, init: PyTree, buffers: Buffers, batched: bool
+) -> tuple[Plain, Kept]:
+    """Run the loop, keeping `reversal.keep` of the carry before every tick."""
+    bound = num_ticks_bound(loop)
+    example = jax.eval_shape(reversal.keep, init)
+    records = jtu.tree_map(lambda x: jnp.zeros((bound + 1, *x.shape), x.dtype), example)
+    scratch = scratch_writes(buffers)
+
+    def tick(small: tuple, large: tuple, active: Bool[Array, ""], emitting: bool) -> tuple:
+        carry, k = small
+        bufs, recs = large
+        recs = _put(recs, k, reversal.keep(carry), active)
+        if emitting:
+            carry, writes = loop.emit(params, carry)
+        else:
+            carry, writes = loop.body(params, carry), scratch
+        return (carry, k + 1), (apply_writes(bufs, writes, active), recs)
+
+    def one_tick(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
+        if loop.max_emits == 0:
+            return tick(small, large, active, False)
+        return lax.cond(
+            loop.pending(small[0]),
+            lambda s, b: tick(s, b, active, True),
+            lambda s, b: tick(s, b, active, False),
+            small,
+            large,
+        )
+
+    def emits_then_step(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
+        """Under `vmap`: a sample's emits, then its step, so that the step runs once per
+        step of the slowest sample rather than at every tick where some sample steps."""
+        small, large = lockstep_while(
+            lambda s, b: loop.pending(s[0]),
+            lambda s, b, a: tick(s, b, a & active, True),
+            small,
+            large,
+        )
+        stepping = active & loop.cond(params, small[0]) & ~loop.pending(small[0])
+        stepped = if_any(
+            stepping, lambda: tick(small, large, stepping, False), lambda: (small, large)
+        )
+        return tree_where(stepping, stepped[0], small), stepped[1]
+
+    start = (init, jnp.zeros((), jnp.int32))
+    (final, n), (buffers, records) = lockstep_while(
+        lambda s, b: loop.going(params, s[0]),
+        lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
+        start,
+        (buffers, records),
+        batched,
+    )
+    return (final, buffers), (final, records, n)
+
+
+# The reverse sweep's carry: (tick, carry after it, that carry's cotangent), and what it
+# accumulates: (the parameters' cotangent, the output buffers').
+_Small = tuple[Int[Array, ""], PyTree, PyTree]
+_Large = tuple[PyTree, Buffers]
+
+
+def reverse_sweep(
+    loop: Loop,
+    reversal: Reversal,
+    params: PyTree,
+    diff: PyTree[bool],
+    init: PyTree,
+    kept: Kept,
+    ct_final: PyTree,
+    ct_buffers: Buffers,
+    batched: bool,
+) -> tuple[PyTree, PyTree]:
+    """Cotangents of (the initial carry, the differentiated parameters), ticks undone
+    one by one from the last. Raises (`Reversal.unstable`) where the carry rebuilt
+    before the first tick is not `init`: the gradient would be wrong.
+
+    An emit is undone by `restore` alone; only a step is undone by the solver, so a
+    tick's kind is decided before either is evaluated (a branch; under `vmap`, the run
+    of emits after a step in an inner loop, then the step, as the forward sweep)."""
+    final, records, n = kept
+    params_f, params_s = eqx.partition(params, diff)
+    ct_params = jtu.tree_map(jnp.zeros_like, params_f)
+    example_f, example_s = split_floats(final)
+    emit_reads = loop.max_emits > 0 and reads_params(
+        emit_fn(loop, params_s, example_s), params_f, example_f
+    )
+
+    def restored(k: Int[Array, ""], after: PyTree) -> PyTree:
+        return reversal.restore(after, _get(records, k))
+
+    def is_emit(small: _Small) -> Bool[Array, ""]:
+        k, after, _ = small
+        if loop.max_emits == 0:
+            return jnp.asarray(False)
+        return (k >= 0) & loop.pending(restored(k, after))
+
+    def emit_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
+        k, after, ct_after = small
+        ct_params, ct_bufs = large
+        before = restored(k, after)
+        before_f, before_s = split_floats(before)
+        emit = emit_fn(loop, params_s, before_s)
+        ct_after = split_floats(ct_after)[0]
+        dp, ct_before, ct_bufs = emit_vjp(
+            emit, params_f, before_f, ct_after, ct_bufs, active, wrt_params=emit_reads
+        )
+        if emit_reads:
+            ct_params = accumulate(active, ct_params, dp, params_f)
+        return (k - 1, before, ct_before), (ct_params, ct_bufs)
+
+    def step_vjp(k: Int[Array, ""], after: PyTree, ct_after: PyTree) -> tuple:
+        before = reversal.undo(params, after, _get(records, k))
+        lin = linearise(loop, params, diff, before)[1]
+        ct_p, ct_before = transposed(lin, params_f, split_floats(before)[0])(
+            split_floats(ct_after)[0]
+        )
+        return before, ct_before, ct_p
+
+    def step_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
+        k, after, ct_after = small
+        ct_params, ct_bufs = large
+        before, ct_before, ct_p = step_vjp(k, after, ct_after)
+        return (k - 1, before, ct_before), (add(ct_params, ct_p), ct_bufs)
+
+    def one_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
+        if loop.max_emits == 0:
+            return step_tick(small, large, active)
+        return lax.cond(
+            is_emit(small),
+            lambda s, b: emit_tick(s, b, active),
+            lambda s, b: step_tick(s, b, active),
+            small,
+            large,
+        )
+
+    def emits_then_step(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
+        small, (ct_params, ct_bufs) = lockstep_while(
+            lambda s, b: is_emit(s), lambda s, b, a: emit_tick(s, b, a & active), small, large
+        )
+        k, after, ct_after = small
+        stepping = active & (k >= 0)
+
+        def step() -> tuple:
+            # The parameters' cotangent is added inside the branch, so the batch of
+            # parameter-sized totals is written once per step (see `reverse_tape`).
+            before, ct_before, ct_p = step_vjp(jnp.maximum(k, 0), after, ct_after)
+            moved = tree_where(stepping, (before, ct_before), (after, split_floats(ct_after)[0]))
+            return moved, accumulate(stepping, ct_params, ct_p, params_f)
+
+        (after, ct_after), ct_params = if_any(
+            stepping, step, lambda: ((after, split_floats(ct_after)[0]), ct_params)
+        )
+        k = jnp.where(stepping, k - 1, k)
+        return (k, after, ct_after), (ct_params, ct_bufs)
+
+    (_, rebuilt, ct_init), (ct_params, _) = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
+        (n - 1, final, split_floats(ct_final)[0]),
+        (ct_params, ct_buffers),
+        batched,
+    )
+    # Not `error > tolerance`: an error that overflowed to NaN is a failure too.
+    unstable = ~(rebuilding_error(reversal, rebuilt, init) <= rebuilding_tolerance(init))
+    _raise_if(unstable, reversal.unstable)
+    return ct_init, ct_params
+
+
+def _raise_if(failed: Bool[Array, ""], message: str) -> None:
+    """Raise `message` when the program runs, if `failed` (for any sample under `vmap`).
+    A host callback, not `eqx.error_if`, which trips `jax.checking_leaks()` here."""
+
+    def fail() -> None:
+        raise RuntimeError(message)
+
+    lax.cond(
+        eqxi.unvmap_any(failed),
+        lambda: jax.debug.callback(fail),
+        lambda: None,
+    )
+
+
+def rebuilding_error(reversal: Reversal, rebuilt: PyTree, init: PyTree) -> Array:
+    """How far the rebuilt initial carry is from the true one, over the leaves the
+    reverse sweep rebuilds (those `keep` drops): the largest difference relative to the
+    largest entry."""
+
+    def rebuilt_here(kept: PyTree, carry: PyTree) -> PyTree:
+        if kept is None:
+            return jtu.tree_map(eqx.is_inexact_array, carry)
+        return jtu.tree_map(lambda _: False, carry)
+
+    dropped = jtu.tree_map(rebuilt_here, reversal.keep(init), init, is_leaf=lambda x: x is None)
+    pairs = [
+        (r, i)
+        for r, i, d in zip(
+            jtu.tree_leaves(rebuilt), jtu.tree_leaves(init), jtu.tree_leaves(dropped), strict=True
+        )
+        if d
+    ]
+    if not pairs:
+        return jnp.zeros(())
+    diff = jnp.max(jnp.stack([jnp.max(jnp.abs(r - i)).astype(float) for r, i in pairs]))
+    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(i)).astype(float) for _, i in pairs]))
+    return jnp.where(scale > 0, diff / jnp.where(scale > 0, scale, 1), diff)
+
+
+def rebuilding_tolerance(init: PyTree) -> float:
+    """sqrt of the resolution of the widest float type in the carry: 1.5e-8 in float64."""
+    floats = [x for x in jtu.tree_leaves(init) if eqx.is_inexact_array(x)]
+    eps = max((float(jnp.finfo(x.dtype).eps) for x in floats), default=2.0**-52)
+    return eps**0.5
+
+
+@eqx.filter_custom_vjp
+def _reversible_loop(
+    params_and_init: tuple[PyTree, PyTree], buffers: Buffers, *, loop: Loop
+) -> Plain:
+    params, init = params_and_init
+    return run_plain(loop, params, init, buffers)
+
+
+@_reversible_loop.def_fwd
+def _fwd(
+    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    params_and_init: tuple[PyTree, PyTree],
+    buffers: Buffers,
+    *,
+    loop: Loop,
+) -> tuple[Plain, Kept]:
+    params, init = params_and_init
+    assert loop.reversal is not None  # checked by reversible_loop
+    return forward_sweep(loop, loop.reversal, params, init, buffers, loop.batch_size > 1)
+
+
+@_reversible_loop.def_bwd
+def _bwd(
+    kept: Kept,
+    grad_obj: tuple[PyTree, Buffers],
+    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    params_and_init: tuple[PyTree, PyTree],
+    buffers: Buffers,
+    *,
+    loop: Loop,
+) -> tuple[PyTree, PyTree]:
+    params, init = params_and_init
+    assert loop.reversal is not None  # checked by reversible_loop
+    diff = diff_of(perturbed, params)
+    ct_final, ct_buffers = grad_obj
+    ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
+    ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
+    batched = loop.batch_size > 1
+    ct_init, ct_params = reverse_sweep(
+        loop, loop.reversal, params, diff, init, kept, ct_final, ct_buffers, batched
+    )
+    return ct_params, ct_init
+
+
+def reversible_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
+    """Run `loop` so that reverse mode differentiates it by undoing its ticks."""
+    if loop.reversal is None:
+        raise ValueError("this loop cannot be undone: it was built without a Reversal.")
+    return _reversible_loop((params, init), buffers, loop=loop)

@@ -1,0 +1,116 @@
+"""How a solve's loop runs backwards, for `ReversibleAdjoint` (see `adjoints.Reversal`).
+
+What is kept of each tick's carry is everything but the state vectors: times, step
+sizes, counters, the controller's, the outputs' and the events' progress, and where the
+last step's interpolant starts. The state vectors are rebuilt:
+
+- an emit changes only output progress, so before it the vectors are those after it;
+- an accepted step is undone by the solver (`AbstractReversibleSolver.retreat`); a
+  rejected one changed no vector;
+- the interpolant of the step before (`State.row`, which the emits between the two
+  steps read) is rebuilt by undoing that step too, where the carry holds one.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jaxtyping import Array, PyTree
+
+from adjoints import Reversal
+
+from . import _step
+from ._config import Config, Params
+from ._solver._base import AbstractReversibleSolver
+
+
+def check_reversible(config: Config) -> AbstractReversibleSolver:
+    """The solver, if `ReversibleAdjoint` can undo its steps; else a clear error."""
+    solver = config.solver
+    if not isinstance(solver, AbstractReversibleSolver):
+        raise ValueError(
+            f"adjoint=ReversibleAdjoint() needs a solver whose steps can be undone, not "
+            f"{type(solver).__name__}(): wrap it, solver=Reversible({type(solver).__name__}"
+            "()), or use ReversibleHeun()."
+        )
+    if config.jumps and not solver.reverses_jumps:
+        raise ValueError(
+            f"adjoint=ReversibleAdjoint() cannot undo {type(solver).__name__}'s steps across "
+            "the jump_ts of the step-size controller; use solver=Reversible(Tsit5()), or "
+            "another adjoint."
+        )
+    return solver
+
+
+def reversal(config: Config) -> Reversal:
+    """The loop's `Reversal` (see the module docstring)."""
+    solver = check_reversible(config)
+
+    def undo(params: Params, after: _step.State, kept: _step.State) -> _step.State:
+        return _undo_step(config, solver, params, after, kept)
+
+    name = type(solver).__name__
+    unstable = (
+        f"ReversibleAdjoint: undoing the steps of {name} did not rebuild the initial state "
+        "(relative error above sqrt of the float resolution): the backward recursion "
+        "amplified rounding errors, so the gradient would be wrong. Each undone step "
+        "multiplies errors by about 1/coupling: pass Reversible(solver, coupling=1.0) or "
+        "a coupling nearer 1, take fewer steps, or use RecursiveCheckpointAdjoint()."
+    )
+    return Reversal(keep=_keep, restore=_restore, undo=undo, unstable=unstable)
+
+
+def _keep(state: _step.State) -> _step.State:
+    """The carry without its state vectors; of the interpolation row, its start time."""
+    row = None if state.row is None else (state.row[0], None, None)
+    return dataclasses.replace(state, y=None, solver_state=None, row=row)
+
+
+def _restore(after: _step.State, kept: _step.State) -> _step.State:
+    """What was kept, with the state vectors (and interpolation row) of `after`."""
+    return dataclasses.replace(kept, y=after.y, solver_state=after.solver_state, row=after.row)
+
+
+def _undo_step(
+    config: Config,
+    solver: AbstractReversibleSolver,
+    params: Params,
+    after: _step.State,
+    kept: _step.State,
+) -> _step.State:
+    """The carry before a step, from the carry after it and what was kept of it."""
+    vf, args = params.vf, params.args
+    t0, t1 = _step.times(config, kept.t, kept.t_next)
+    y, z, _ = solver.retreat(vf, t0, t1 - t0, after.y, after.solver_state, args)
+    accepted = after.num_accepted > kept.num_accepted
+    y, z = _tree_where(accepted, (y, z), (after.y, after.solver_state))
+    row = None
+    if config.carries_row:
+        assert kept.row is not None  # kept whenever the carry has a row
+        row = _previous_row(config, solver, params, kept.row[0], kept.t, y, z)
+    return dataclasses.replace(kept, y=y, solver_state=z, row=row)
+
+
+def _previous_row(
+    config: Config,
+    solver: AbstractReversibleSolver,
+    params: Params,
+    t_prev: Array,
+    t: Array,
+    y: Array,
+    z: PyTree,
+) -> tuple:
+    """The interpolant of the step that ended at (t, y, z) and started at `t_prev`,
+    rebuilt by undoing it. A step of no length (the loop's start, or a rejected step
+    before) left a row no emit reads: it is rebuilt as (t, y, zeros)."""
+    t0, t1 = _step.times(config, t_prev, t)
+    h = t1 - t0
+    y0, _, dense = solver.retreat(params.vf, t0, h, y, z, params.args)
+    moved = h != 0
+    y0 = jnp.where(moved, y0, y)
+    dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)
+    return (t_prev, y0, dense)
+
+
+def _tree_where(pred: Array, new: PyTree, old: PyTree) -> PyTree:
+    return jtu.tree_map(lambda a, b: jnp.where(pred, a, b), new, old)

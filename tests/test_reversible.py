@@ -1,0 +1,226 @@
+"""Reversible solvers and `ReversibleAdjoint`: steps undone exactly, gradients equal to
+those of the same solver differentiated directly, memory independent of the number of
+steps. (Every transformation order is in the composition suite, adjoint "reversible".)"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+A = jnp.array([1.5, 1.0, 3.0, 1.0])
+Y0 = jnp.array([1.0, 1.0])
+
+
+def lotka_volterra(t, y, args):
+    a, b, c, d = args
+    return jnp.stack([a * y[0] - b * y[0] * y[1], -c * y[1] + d * y[0] * y[1]])
+
+
+PID = lambda: ode.PIDController(rtol=1e-6, atol=1e-6)
+
+
+def _grads(solver, adjoint, saveat, controller, dt0=0.01, t1=4.0):
+    def loss(args, y0):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra), solver, 0.0, t1, dt0, y0, args,
+            saveat=saveat, stepsize_controller=controller, adjoint=adjoint, max_steps=2048,
+        )  # fmt: skip
+        if saveat.dense:
+            return jnp.sum(sol.evaluate(jnp.linspace(0.1, t1 - 0.1, 9)) ** 2)
+        return jnp.sum(sol.ys**2)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))(A, Y0)
+
+
+def _relative(actual, expected) -> float:
+    pairs = zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected))
+    return max(float(jnp.max(jnp.abs(a - e)) / jnp.max(jnp.abs(e))) for a, e in pairs)
+
+
+CASES = [
+    (ode.Reversible(ode.Tsit5()), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), PID),
+    (ode.Reversible(ode.Dopri5(), coupling=0.99), ode.SaveAt(steps=True), PID),
+    (ode.Reversible(ode.Bosh3()), ode.SaveAt(t1=True), ode.ConstantStepSize),
+    (ode.ReversibleHeun(), ode.SaveAt(dense=True), lambda: ode.PIDController(rtol=1e-4, atol=1e-4)),
+]
+
+
+@pytest.mark.parametrize("solver, saveat, controller", CASES, ids=lambda x: type(x).__name__)
+def test_gradients_equal_the_direct_adjoint_of_the_same_solver(solver, saveat, controller):
+    expected = _grads(solver, ode.DirectAdjoint(), saveat, controller())
+    actual = _grads(solver, ode.ReversibleAdjoint(), saveat, controller())
+    assert _relative(actual, expected) < 1e-8
+
+
+def test_gradient_matches_finite_differences():
+    solver, saveat = ode.Reversible(ode.Tsit5()), ode.SaveAt(t1=True)
+    loss = lambda a: jnp.sum(
+        ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra), solver, 0.0, 2.0, 0.01, Y0, a,
+            saveat=saveat, adjoint=ode.ReversibleAdjoint(),
+        ).ys ** 2
+    )  # fmt: skip
+    grad = jax.grad(loss)(A)
+    eps = 1e-6
+    for i in range(4):
+        e = jnp.zeros(4).at[i].set(eps)
+        fd = (loss(A + e) - loss(A - e)) / (2 * eps)
+        np.testing.assert_allclose(grad[i], fd, rtol=1e-6)
+
+
+def test_a_neural_ode_gradient_equals_the_direct_adjoint():
+    keys = jax.random.split(jax.random.key(0), 2)
+    params = {
+        "w1": jax.random.normal(keys[0], (16, 4)) / 2,
+        "b1": jnp.zeros(16),
+        "w2": jax.random.normal(keys[1], (4, 16)) / 4,
+    }
+    field = lambda t, y, p: p["w2"] @ jnp.tanh(p["w1"] @ y + p["b1"])
+
+    def loss(p, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field), ode.Reversible(ode.Tsit5()), 0.0, 3.0, 0.05, jnp.ones(4), p,
+            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 3.0, 7)), stepsize_controller=PID(),
+            adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    expected = jax.grad(loss)(params, ode.DirectAdjoint())
+    actual = jax.grad(loss)(params, ode.ReversibleAdjoint())
+    assert _relative(actual, expected) < 1e-8
+
+
+class _Field:
+    """The field as a step is given it (no rematerialisation)."""
+
+    def __call__(self, t, y, args):
+        return lotka_volterra(t, y, args)
+
+    def at_start(self, t, y, args):
+        return lotka_volterra(t, y, args)
+
+
+@pytest.mark.parametrize("coupling, tolerance", [(1.0, 1e-9), (0.999, 1e-7)])
+def test_a_thousand_steps_are_undone(coupling, tolerance):
+    solver = ode.Reversible(ode.Tsit5(), coupling=coupling)
+    ts = jnp.linspace(0.0, 10.0, 1001)
+    pairs = jnp.stack([ts[:-1], ts[1:]], axis=1)
+
+    def forward(carry, t):
+        out = solver.advance(_Field(), t[0], t[1] - t[0], *carry, None, A, False, None)
+        return (out.y1, out.state), None
+
+    def backward(carry, t):
+        y, z, _ = solver.retreat(lotka_volterra, t[0], t[1] - t[0], *carry, A)
+        return (y, z), None
+
+    @jax.jit
+    def there_and_back():
+        end, _ = jax.lax.scan(forward, (Y0, Y0), pairs)
+        return jax.lax.scan(backward, end, pairs[::-1])[0]
+
+    y, z = there_and_back()
+    np.testing.assert_allclose(y, Y0, rtol=tolerance)
+    np.testing.assert_allclose(z, Y0, rtol=tolerance)
+
+
+def test_an_unstable_reverse_sweep_raises_rather_than_returning_a_wrong_gradient():
+    # Each undone step multiplies rounding errors by about 1/coupling: 0.5^-400.
+    solver = ode.Reversible(ode.Tsit5(), coupling=0.5)
+
+    def loss(args):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra), solver, 0.0, 4.0, 0.01, Y0, args,
+            adjoint=ode.ReversibleAdjoint(),
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    with pytest.raises(RuntimeError, match="coupling=1.0"):
+        jax.block_until_ready(jax.jit(jax.grad(loss))(A))
+
+
+@pytest.mark.parametrize("base, order", [(ode.Heun(), 2), (ode.Tsit5(), 5)])
+def test_a_reversible_solver_keeps_its_base_order(base, order):
+    term = ode.ODETerm(lambda t, y, args: -y + jnp.sin(t))
+    exact = lambda t: 1.5 * jnp.exp(-t) + 0.5 * (jnp.sin(t) - jnp.cos(t))
+    errors = []
+    for dt in (0.1, 0.05):
+        sol = ode.diffeqsolve(term, ode.Reversible(base), 0.0, 2.0, dt, jnp.asarray(1.0))
+        errors.append(float(jnp.abs(sol.ys[-1] - exact(2.0))))
+    assert np.log2(errors[0] / errors[1]) > order - 0.4
+
+
+def test_memory_does_not_grow_with_the_number_of_steps():
+    """A state of 2,000 floats (16 KB) and 8x more steps: storing states would add 16 KB
+    a step; undoing steps adds only the record of times and step sizes."""
+    field = lambda t, y, args: -args * y
+
+    def temp_bytes(n: int, adjoint) -> int:
+        def loss(a):
+            sol = ode.diffeqsolve(
+                ode.ODETerm(field), ode.Reversible(ode.Euler()), 0.0, 1.0, 1.0 / n,
+                jnp.ones(2000), a, adjoint=adjoint, max_steps=n,
+            )  # fmt: skip
+            return jnp.sum(sol.ys)
+
+        compiled = jax.jit(jax.grad(loss)).lower(1.0).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    growth = temp_bytes(800, ode.ReversibleAdjoint()) - temp_bytes(100, ode.ReversibleAdjoint())
+    assert growth / 700 < 512  # bytes a step, against 16,000 for a stored state
+    tape = temp_bytes(800, ode.RecursiveCheckpointAdjoint(schedule="tape"))
+    assert tape - temp_bytes(100, ode.RecursiveCheckpointAdjoint(schedule="tape")) > 10 * growth
+
+
+def test_reversible_solutions_match_the_base_method():
+    term = ode.ODETerm(lotka_volterra)
+    solve = lambda solver: ode.diffeqsolve(
+        term, solver, 0.0, 4.0, 0.01, Y0, A, saveat=ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)),
+        stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        solve(ode.Reversible(ode.Tsit5())).ys, solve(ode.Tsit5()).ys, rtol=1e-6, atol=1e-6
+    )
+
+
+def test_a_solve_starting_on_a_jump_of_the_field_never_returns_a_wrong_gradient():
+    # y0[0] is exactly at the jump: the rebuilt y0[0] is within rounding of it, on either
+    # side, and from the wrong side the step undone is not the step taken.
+    field = lambda t, y, args: jnp.where(y[0] > 1.0, 1.0, 0.8) * lotka_volterra(t, y, args)
+
+    def gradient(adjoint):
+        def loss(args):
+            sol = ode.diffeqsolve(
+                ode.ODETerm(field), ode.Reversible(ode.Tsit5()), 0.0, 1.0, 0.05, Y0, args,
+                adjoint=adjoint,
+            )  # fmt: skip
+            return jnp.sum(sol.ys**2)
+
+        return jax.block_until_ready(jax.jit(jax.grad(loss))(A))
+
+    expected = gradient(ode.RecursiveCheckpointAdjoint())
+    try:
+        actual = gradient(ode.ReversibleAdjoint())
+    except RuntimeError as error:  # the solve says so...
+        assert "did not rebuild the initial state" in str(error)
+    else:  # ...or the rounding landed on the side taken
+        assert _relative(actual, expected) < 1e-8
+
+
+def test_unsupported_combinations_are_refused_clearly():
+    term = ode.ODETerm(lotka_volterra)
+    with pytest.raises(ValueError, match=r"solver=Reversible\(Tsit5\(\)\)"):
+        ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, A, adjoint=ode.ReversibleAdjoint())
+    with pytest.raises(ValueError, match="jump_ts"):
+        ode.diffeqsolve(
+            term, ode.ReversibleHeun(), 0.0, 1.0, 0.1, Y0, A, adjoint=ode.ReversibleAdjoint(),
+            stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6, jump_ts=[0.5]),
+        )  # fmt: skip
+    with pytest.raises(TypeError, match="explicit Runge-Kutta"):
+        ode.Reversible(ode.Kvaerno5())
+    with pytest.raises(ValueError, match=r"coupling=0"):
+        ode.Reversible(ode.Tsit5(), coupling=0)
+    with pytest.raises(TypeError, match="coupling"):
+        ode.Reversible(ode.Tsit5(), coupling="high")
