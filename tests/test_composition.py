@@ -45,3 +45,25 @@ def _tolerance(case, rtol):
     if case.field == "switch" and case.controller in ("pid", "pid_jump"):
         return max(rtol, 1e-9)
     return rtol
+
+
+_SUITE = covering_cases(light=True) + reversible_cases()
+_PAIRS = [c for c in covering_cases() if c not in _SUITE]
+_REST = set(_SUITE) | set(_PAIRS)
+
+
+@pytest.mark.parametrize("case", _SUITE, ids=lambda c: c.id)
+def test_gradient_composition(case):
+    _check(case)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("case", _PAIRS, ids=lambda c: c.id)
+def test_gradient_composition_all_pairs(case):
+    _check(case)
+
+
+@pytest.mark.full_product
+@pytest.mark.parametrize("case", [c for c in all_cases() if c not in _REST], ids=lambda c: c.id)
+def test_gradient_composition_full_product(case):
+    _check(case)
