@@ -2,9 +2,10 @@
 
 Forward sweep: run the ticks, keeping for each only what `Reversal.keep` says (times,
 step sizes, counters: a few scalars, never the state vectors). Reverse sweep: from the
-final carry, for k = n-1, ..., 0, rebuild the carry before tick k with `Reversal.undo`
-and apply the tick's VJP there. Memory is one carry and the kept scalars, whatever the
-number of steps; each step is undone once and linearised once.
+final carry, for k = n-1, ..., 0, rebuild the carry before tick k (`Reversal.restore`
+for an emit, `Reversal.undo` for a step) and apply the tick's VJP there. Memory is one
+carry and the kept scalars, whatever the number of steps; each step is undone and
+linearised once.
 
 The gradient is that of the computed discretisation, exact but for the rounding errors
 of the rebuilt states (an algebraically reversible solver's backward recursion is exact
