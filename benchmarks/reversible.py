@@ -14,6 +14,8 @@ initial state, for several couplings. Writes reversible.json and reversible_memo
 """
 
 import argparse
+import importlib
+import importlib.util
 import json
 import pathlib
 import statistics
@@ -101,12 +103,8 @@ def memory_and_time(sizes, repeats, wide=False):
     scipy reference at that size) only at the smallest, as a gradient of 1e4 steps of
     it takes a minute."""
     libs = [ode]
-    try:
-        import diffrax
-
-        libs.append(diffrax)
-    except ImportError:
-        pass
+    if importlib.util.find_spec("diffrax"):  # where installed (`pip install -e ".[bench]"`)
+        libs.append(importlib.import_module("diffrax"))
     vf, y0, args = _problem(wide)
     rows = []
     for n in sizes:
@@ -152,9 +150,11 @@ def reconstruction(sizes, couplings):
 def _there_and_back(solver, ts):
     """The state rebuilt by undoing len(ts) - 1 steps taken from (Y0, Y0)."""
 
-    def forward(carry, t):
-        out = solver.advance(_Plain(), t[0], t[1] - t[0], *carry, None, ARGS, False, None)
-        return (out.y1, out.state), None
+    term = ode.ODETerm(field)
+
+    def forward(carry, t):  # Diffrax's low-level step
+        y, _, _, z, _ = solver.step(term, t[0], t[1], carry[0], ARGS, carry[1], False)
+        return (y, z), None
 
     def backward(carry, t):
         y, z, _ = solver.retreat(field, t[0], t[1] - t[0], *carry, ARGS)
@@ -163,16 +163,6 @@ def _there_and_back(solver, ts):
     pairs = jnp.stack([ts[:-1], ts[1:]], axis=1)
     end, _ = jax.lax.scan(forward, (Y0, Y0), pairs)
     return jax.lax.scan(backward, end, pairs[::-1])[0]
-
-
-class _Plain:
-    """The field as a step is given it, unrematerialised."""
-
-    def __call__(self, t, y, args):
-        return field(t, y, args)
-
-    def at_start(self, t, y, args):
-        return field(t, y, args)
 
 
 def plot(small, wide, path):

@@ -93,13 +93,13 @@ class NoProgressMeter(AbstractProgressMeter):
     active: ClassVar[bool] = False
 
     def _start(self, key: int) -> None:
-        pass
+        """Nothing to open: this meter shows nothing."""
 
     def _update(self, key: int, progress: float) -> None:
-        pass
+        """Nothing to show (never called: `due` is never true)."""
 
     def _close(self, key: int) -> None:
-        pass
+        """Nothing to close."""
 
     def due(
         self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]

@@ -411,7 +411,7 @@ def reversible_cases() -> list[Case]:
     """The reversible adjoint under the transformations that batch or nest its reverse
     sweep, on the smooth field with adaptive steps and save times, and a closure with an
     event under `jit(grad)`; every pair runs with `-m matrix`."""
-    names = ("vmap(grad) shared", "grad(vmap)", "jacrev", "vmap(vmap(grad))")
+    names = ("vmap(grad) shared", "vmap(grad) batched", "grad(vmap)", "jacrev", "vmap(vmap(grad))")
     cases = [Case("reversible", t, "args", "smooth", "pid") for t in names]
     # And a closure with an event.
     cases.append(Case("reversible", "jit(grad)", "closure", "smooth", "event"))
