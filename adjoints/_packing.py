@@ -29,6 +29,14 @@ def cast(x: Array, dtype: DTypeLike) -> Array:
     return x.astype(dtype)
 
 
+def common_float(*dtypes: DTypeLike) -> DTypeLike:
+    """The one float dtype that holds every given dtype: the widest precision, complex
+    if any is. Worked out by standard promotion, since strict promotion (which a user may
+    have set) refuses to name a dtype for float64 beside complex128."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(*dtypes)
+
+
 def is_float(x: Any) -> bool:
     """A floating-point array: the leaves that are differentiated and stored as floats."""
     return eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
@@ -47,7 +55,7 @@ class Packing(eqx.Module):
     def of(carry: PyTree) -> "Packing":
         leaves, treedef = jtu.tree_flatten(jax.eval_shape(lambda: carry))
         floats = [x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
-        float_dtype = jnp.result_type(*floats) if floats else jnp.float32
+        float_dtype = common_float(*floats) if floats else jnp.float32
         return Packing(
             treedef,
             tuple(x.shape for x in leaves),

@@ -30,7 +30,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._concrete import is_concrete
 from ._loop import Loop
-from ._packing import Packing, Rows, is_float
+from ._packing import Packing, Rows, common_float, is_float
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
@@ -197,7 +197,6 @@ class TapeRows:
     """
 
     def __init__(self, carry: Packing, residuals: Packing, combined: bool = False) -> None:
-        jnp = jax.numpy
         self.carry_packing, self.residual_packing = carry, residuals
         (cf, ci), (rf, ri) = carry.sizes(), residuals.sizes()
         self.combined = combined
@@ -207,7 +206,7 @@ class TapeRows:
         else:
             self.float_width, self.int_width = max(cf, rf), 1 + max(ci, ri)
             self.carry_at, self.residuals_at = (0, 1), (0, 1)
-        self.float_dtype = jnp.result_type(carry.float_dtype, residuals.float_dtype)
+        self.float_dtype = common_float(carry.float_dtype, residuals.float_dtype)
 
     def empty(self, n: int) -> Rows:
         jnp = jax.numpy

@@ -12,7 +12,7 @@ import jax
 import jax.tree_util as jtu
 from jaxtyping import Array, Float
 
-from ._flat import FlatSpec, PyTree
+from ._flat import FlatSpec, PyTree, in_state_dtype
 from ._term import ODETerm
 
 
@@ -24,8 +24,8 @@ class FlatField(eqx.Module):
     direction: Any
 
     def __call__(self, tau: Float[Array, ""], y: Float[Array, " n"], args: PyTree) -> Any:
-        out = self.term.vf(self.direction * tau, self.spec.unravel(y), args)
-        return self.direction * self.spec.ravel(out)
+        out = self.spec.ravel(self.term.vf(self.direction * tau, self.spec.unravel(y), args))
+        return in_state_dtype(self.direction, out) * out
 
 
 class OneTrace:

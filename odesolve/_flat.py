@@ -106,6 +106,13 @@ def state_dtype(leaves: list) -> Any:
     return real
 
 
+def in_state_dtype(h: ArrayLike, y: Array) -> Array:
+    """The step size `h` (a real time) in the state's dtype, for state arithmetic such as
+    `y0 + h * k`. A complex state takes it as a complex number: strict dtype promotion
+    mixes no real and complex values implicitly."""
+    return jnp.asarray(h).astype(y.dtype)
+
+
 def complex_dtype(real: DTypeLike) -> Any:
     """The complex dtype whose parts have the precision of `real` (float64 -> complex128);
     named, since strict dtype promotion refuses to derive it."""

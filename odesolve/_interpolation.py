@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._flat import in_state_dtype
+
 Table = tuple[tuple[float, ...], ...]
 
 
@@ -31,7 +33,7 @@ def _combine(table: Table, theta: Array, ks: Sequence[Array], powers_of) -> Arra
     acc: Array | float = 0.0
     for coeffs, k in zip(table, ks, strict=True):
         weight = sum(c * powers[p] for p, c in enumerate(coeffs) if c != 0)
-        acc = acc + weight * k
+        acc = acc + in_state_dtype(weight, k) * k
     return jnp.asarray(acc)
 
 
@@ -39,7 +41,7 @@ def value(
     table: Table, y0: Float[Array, "*m n"], h: Array, theta: Array, ks: Sequence[Array]
 ) -> Float[Array, "*m n"]:
     """y(theta). `h` and `theta` broadcast against `y0` and each k."""
-    return y0 + h * _combine(table, theta, ks, lambda x, p: x ** (p + 1))
+    return y0 + in_state_dtype(h, y0) * _combine(table, theta, ks, lambda x, p: x ** (p + 1))
 
 
 def slope(table: Table, theta: Array, ks: Sequence[Array]) -> Array:

@@ -20,7 +20,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
-from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._flat import FlatSpec, PyTree, RealScalarLike, in_state_dtype
 from .._results import RESULTS
 from .._solver._base import Field
 from ._base import (
@@ -175,13 +175,13 @@ class PIDController(AbstractStepSizeController):
         self,
         y0: Float[Array, " n"],
         y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
+        y_error: Float[Array, " n"],
         spec: FlatSpec,
     ):
         # A NaN candidate would poison the scale; measure against y0 instead.
         y1 = jnp.where(jnp.isnan(y1), y0, y1)
         scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
-        scaled = y_error / scale
+        scaled = y_error / in_state_dtype(scale, y_error)  # a real scale, maybe complex y
         if self.norm is None:
             return rms_norm(scaled)
         return self.norm(spec.unravel(scaled))
@@ -235,13 +235,13 @@ class PIDController(AbstractStepSizeController):
     ):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
-        scale = self.atol + jnp.abs(y0) * self.rtol
+        scale = in_state_dtype(self.atol + jnp.abs(y0) * self.rtol, y0)
         user_norm = self.norm
         norm = rms_norm if user_norm is None else (lambda x: user_norm(spec.unravel(x)))
         d0, d1 = norm(y0 / scale), norm(k0 / scale)
         tiny = (d0 < 1e-5) | (d1 < 1e-5)
         h0 = jnp.where(tiny, 1e-6, 0.01 * d0 / jnp.where(tiny, 1, d1))
-        k1 = vf(t0 + h0, y0 + h0 * k0, args)
+        k1 = vf(t0 + h0, y0 + in_state_dtype(h0, y0) * k0, args)
         d2 = norm((k1 - k0) / scale) / h0
         d = jnp.maximum(d1, d2)
         h1 = jnp.where(d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / d) ** (1 / q))
@@ -266,6 +266,8 @@ class PIDController(AbstractStepSizeController):
     ):
         inv_prev, inv_prevprev, at_dtmin = state
         q = self._q(error_order)
+        # `needs_error` is True: the step loop always passes an error estimate here.
+        assert y_error is not None
         error = self._scaled_norm(y0, y1, y_error, spec)
         error = jnp.where(jnp.isnan(error), jnp.inf, error)
         accept = error < 1

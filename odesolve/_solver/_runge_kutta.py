@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree
+from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
 from ._tableau import ButcherTableau, ImplicitTableau
@@ -62,16 +62,17 @@ def rk_stages(
     ks = [k0]
     stage_y = y0
     rows = len(tableau.a)
+    hy = in_state_dtype(h, y0)
     for i, (ci, row) in enumerate(zip(tableau.c[1:], tableau.a)):
-        stage_y = _combine(y0, h, row, ks)
+        stage_y = _combine(y0, hy, row, ks)
         if i == rows - 1 and tableau.fsal and not (last_stage or with_error):
             break
         ks.append(vf(t0 + ci * h, stage_y, args))
     # FSAL: the last stage was evaluated at y1 itself; reuse it rather than recombine.
-    y1 = stage_y if tableau.fsal else _combine(y0, h, tableau.b, ks)
+    y1 = stage_y if tableau.fsal else _combine(y0, hy, tableau.b, ks)
     y_error = None
     if with_error and tableau.b_error is not None:
-        y_error = h * _combine(None, h, tableau.b_error, ks)
+        y_error = hy * _combine(None, hy, tableau.b_error, ks)
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
 
 

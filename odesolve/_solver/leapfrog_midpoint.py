@@ -14,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree
+from .._flat import PyTree, in_state_dtype
 from ._base import Field, StepContext, StepField, StepResult
 from ._linear import AbstractLinearSecondOrder
 
@@ -51,7 +51,7 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder):
     ) -> StepResult:
         t_previous, y_previous = state
         t1 = t0 + h
-        y1 = y_previous + (t1 - t_previous) * vf.at_start(t0, y0, args)
+        y1 = y_previous + in_state_dtype(t1 - t_previous, y0) * vf.at_start(t0, y0, args)
         # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
-        slope = jnp.where(h == 0, 0, (y1 - y0) / jnp.where(h == 0, 1, h))
+        slope = jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))
         return StepResult(y1, None, (slope,), (t0, y0))

@@ -28,7 +28,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree
+from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._runge_kutta import AbstractRungeKutta, Stages, rk_stages
@@ -144,6 +144,6 @@ class Reversible(AbstractReversibleSolver):
         """The base interpolant from z0, plus (y0 - z0)(1 - (1 - lambda) theta): from y0
         at theta = 0 to y1 at theta = 1. The shift's slope is the last vector."""
         safe_h = jnp.where(h == 0, 1, h)
-        shift = jnp.where(h == 0, 0, -(1 - self.coupling) * (y0 - z0) / safe_h)
+        shift = jnp.where(h == 0, 0, -(1 - self.coupling) * (y0 - z0) / in_state_dtype(safe_h, y0))
         stages = self.solver.tableau.interp_stages
         return (*(ahead.ks[i] for i in stages), shift)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import jax
 from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree
+from .._flat import PyTree, in_state_dtype
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._linear import AbstractLinearSecondOrder
 
@@ -61,11 +61,12 @@ class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
         if made_jump is not None:
             # After a jump the carried derivative is the left limit: take the right one.
             f0 = jax.lax.cond(made_jump, lambda: vf.at_start(t0, y0, args), lambda: f0)
-        yhat1 = 2 * y0 - yhat0 + h * f0
+        hy = in_state_dtype(h, y0)
+        yhat1 = 2 * y0 - yhat0 + hy * f0
         f1 = vf(t0 + h, yhat1, args)
         mean = 0.5 * (f0 + f1)
-        y1 = y0 + h * mean
-        y_error = 0.5 * h * (f1 - f0) if with_error else None
+        y1 = y0 + hy * mean
+        y_error = 0.5 * hy * (f1 - f0) if with_error else None
         return StepResult(y1, y_error, (mean,), (yhat1, f1))
 
     def retreat(
@@ -78,7 +79,8 @@ class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
         args: PyTree,
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
         yhat1, f1 = state1
-        yhat0 = 2 * y1 - yhat1 - h * f1
+        hy = in_state_dtype(h, y1)
+        yhat0 = 2 * y1 - yhat1 - hy * f1
         f0 = vf(t0, yhat0, args)
         mean = 0.5 * (f0 + f1)
-        return y1 - h * mean, (yhat0, f0), (mean,)
+        return y1 - hy * mean, (yhat0, f0), (mean,)
