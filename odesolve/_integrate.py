@@ -25,7 +25,7 @@ from ._event import Event, FlatConditions
 from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
-from ._results import RESULTS
+from ._results import RESULTS, Result
 from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
@@ -297,7 +297,7 @@ def _finish(
         ts=saveat.arrange(ts),
         ys=saveat.arrange(ys),
         stats=stats,
-        result=final_result(config, params, final.result, t_end, y_end),
+        result=Result(final_result(config, params, final.result, t_end, y_end)),
         interpolation=dense,
         event_mask=event_mask,
     )

@@ -6,18 +6,31 @@ Trace-time mistakes (wrong shapes, wrong signs of concrete values) raise `ValueE
 """
 
 import enum
+from typing import Any, final
 
 import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Int
+
+from adjoints import trace_time_value
 
 
 class _Lookup(enum.EnumMeta):
-    def __getitem__(cls, key: str | int | Int[Array, ""]):
+    def __getitem__(cls, key: "str | int | Int[Array, '...'] | Result"):
         """`RESULTS["max_steps_reached"]` is the member; as in Diffrax, `RESULTS[code]`
-        for a result code (`sol.result`) is its message."""
+        for a result code (`sol.result`) is its message: an array of messages for a
+        batch of codes, and "traced" inside `jit` (the code is not known yet)."""
         if isinstance(key, str):
             return super().__getitem__(key)
-        return cls(int(key)).message
+        codes = _concrete_codes(key)
+        if codes is None:
+            return "traced"
+        if codes.ndim == 0:
+            return cls(int(codes)).message
+        return np.vectorize(lambda c: cls(int(c)).message, otypes=[object])(codes)
 
 
 class RESULTS(enum.IntEnum, metaclass=_Lookup):
@@ -112,20 +125,114 @@ _MESSAGES = {
 }
 
 
-def is_okay(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
-    """The solve reached t1 or stopped at an event (works on traced results). Compared
+def _code(result: "int | Int[Array, '...'] | Result") -> Any:
+    """The integer code(s) of a `Result`, a `RESULTS` member or a code. Members compare
     by value: under `jax.disable_jit()` JAX takes an enum member for a strong int64."""
-    return (result == RESULTS.successful.value) | (result == RESULTS.event_occurred.value)
+    if isinstance(result, Result):
+        return result._value
+    if isinstance(result, RESULTS):
+        return result.value
+    return result
 
 
-def is_successful(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
+def _concrete_codes(result: "int | Int[Array, '...'] | Result") -> np.ndarray | None:
+    """The codes as a NumPy array, or None while they are traced."""
+    return trace_time_value(_code(result))
+
+
+@final
+@jtu.register_pytree_node_class
+class Result:
+    """`sol.result`: how the solve ended, as a `RESULTS` code (an integer array, batched
+    under `vmap`). Prints as the outcome's name, and compares with `RESULTS` members,
+    integers and other results:
+
+        sol.result == ode.RESULTS.successful   # a boolean array, also inside jit
+        ode.RESULTS[sol.result]                # the message
+        sol.result.name                        # "successful"
+
+    `int(sol.result)` and `np.asarray(sol.result)` give the code; `sol.result._value` is
+    the code array, under the name Diffrax uses for it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Int[ArrayLike, "..."]) -> None:
+        self._value = value
+
+    def tree_flatten(self) -> tuple[tuple[Any], None]:
+        return (self._value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: Any) -> "Result":
+        # Transformations rebuild with placeholders (object(), None): store them as given.
+        result = object.__new__(cls)
+        result._value = children[0]
+        return result
+
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return jnp.asarray(self._value == _code(other))  # type: ignore[arg-type]
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        return jnp.asarray(self._value != _code(other))  # type: ignore[arg-type]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "The truth value of sol.result is ambiguous (0 is success). Test it with "
+            "ode.is_successful(sol.result), ode.is_okay(sol.result) or "
+            "sol.result == ode.RESULTS.successful."
+        )
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __index__(self) -> int:
+        return int(self._value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self._value, dtype=dtype)
+
+    @property
+    def name(self) -> Any:
+        """The outcome's name ("successful", ...); an array of names for a batch."""
+        codes = _concrete_codes(self)
+        if codes is None:
+            return "traced"
+        if codes.ndim == 0:
+            return RESULTS(int(codes)).name
+        return np.vectorize(lambda c: RESULTS(int(c)).name, otypes=[object])(codes)
+
+    @property
+    def message(self) -> Any:
+        """What the outcome means and what to do (see `RESULTS[code]`)."""
+        return RESULTS[self]
+
+    def __repr__(self) -> str:
+        codes = _concrete_codes(self)
+        if codes is None or not np.issubdtype(codes.dtype, np.integer):
+            # Traced, or a placeholder a transformation put in the code's place.
+            return f"Result({self._value!r})"
+        names = self.name
+        if isinstance(names, str):
+            return f"RESULTS.{names}"
+        return f"RESULTS[{', '.join(np.ravel(names))}] (shape {names.shape})"
+
+
+def is_okay(result: "int | Int[Array, '...'] | Result") -> bool | Bool[Array, "..."]:
+    """The solve reached t1 or stopped at an event (works on traced results)."""
+    code = _code(result)
+    return (code == RESULTS.successful.value) | (code == RESULTS.event_occurred.value)
+
+
+def is_successful(result: "int | Int[Array, '...'] | Result") -> bool | Bool[Array, "..."]:
     """The solve reached t1 (no event stopped it)."""
-    return result == RESULTS.successful.value
+    return _code(result) == RESULTS.successful.value
 
 
-def is_event(result: int | Int[Array, ""]) -> bool | Bool[Array, ""]:
+def is_event(result: "int | Int[Array, '...'] | Result") -> bool | Bool[Array, "..."]:
     """An event stopped the solve."""
-    return result == RESULTS.event_occurred.value
+    return _code(result) == RESULTS.event_occurred.value
 
 
 def failure_message(result: RESULTS) -> str:

@@ -63,7 +63,7 @@ def raise_if_failed(sol: Solution) -> Solution:
     """`throw=True`. Outside any transformation the result is known here: raise one
     `SolveError` with our message. Inside one, a host callback raises it when the program
     runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
-    code = trace_time_value(sol.result)
+    code = trace_time_value(sol.result._value)
     if code is not None:
         codes = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
         if codes:
@@ -74,7 +74,7 @@ def raise_if_failed(sol: Solution) -> Solution:
     # of operations to compile for an ensemble. Not `eqx.error_if`: under `jit(grad)` it
     # trips `jax.checking_leaks()`.
     failed = ~is_okay(sol.result)
-    worst = eqxi.unvmap_max(jnp.where(failed, sol.result, RESULTS.successful.value))
+    worst = eqxi.unvmap_max(jnp.where(failed, sol.result._value, RESULTS.successful.value))
     jax.lax.cond(
         worst != RESULTS.successful.value,
         lambda c: jax.debug.callback(_raise_failure, c),

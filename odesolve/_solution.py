@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int, Real
 
 from . import _interpolation
 from ._flat import FlatSpec, RealScalarLike
-from ._results import RESULTS
+from ._results import RESULTS, Result
 
 
 class StepRows(eqx.Module):
@@ -104,7 +104,8 @@ class Solution(eqx.Module):
     - `ts`: (m,) save times; `ys`: PyTree with leading axis m (structure of `SaveAt.fn`'s
       output). Unused rows (steps not taken, times not reached) are `inf`.
     - `stats`: dict with num_steps, num_accepted_steps, num_rejected_steps, max_steps.
-    - `result`: a `RESULTS` code; `throw=False` leaves failures here instead of raising.
+    - `result`: a `Result` (a `RESULTS` code that prints as its name); `throw=False`
+      leaves failures here instead of raising.
     - `evaluate(t)`, `derivative(t)`: need `SaveAt(dense=True)`.
     """
 
@@ -113,7 +114,7 @@ class Solution(eqx.Module):
     ts: Any
     ys: Any
     stats: dict
-    result: Any
+    result: Result
     interpolation: DenseInterpolation | None = None
     solver_state: Any = None
     controller_state: Any = None

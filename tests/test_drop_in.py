@@ -16,6 +16,41 @@ PID = ode.PIDController(rtol=1e-8, atol=1e-8)
 # ---------------------------------------------------------------- t0 == t1
 
 
+def test_a_result_reads_as_its_name_and_compares_as_its_code():
+    short = lambda y0: ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, y0, max_steps=3, throw=False
+    )  # fmt: skip
+    sol = short(Y0)
+    assert repr(sol.result) == "RESULTS.max_steps_reached"
+    assert "result=RESULTS.max_steps_reached" in repr(sol)
+    assert sol.result.name == "max_steps_reached"
+    assert sol.result.message == ode.RESULTS.max_steps_reached.message
+    assert int(sol.result) == np.asarray(sol.result) == ode.RESULTS.max_steps_reached.value
+    assert sol.result == ode.RESULTS.max_steps_reached and sol.result != 0
+    assert sol.result == short(2 * Y0).result  # one result against another
+    assert sol.result._value.dtype == jnp.int32  # the array, named as in Diffrax
+    with pytest.raises(TypeError, match="is_successful"):
+        bool(sol.result)  # 0 means success: a truth value would read the wrong way round
+    # A batch: names and messages per sample; comparisons elementwise.
+    batch = jax.vmap(lambda y0, n: ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 0.0, n, 0.1, y0, max_steps=3, throw=False
+    ))(jnp.stack([Y0, Y0]), jnp.array([1.0, 0.1]))  # fmt: skip
+    assert list(batch.result.name) == ["max_steps_reached", "successful"]
+    assert list(ode.RESULTS[batch.result]) == [ode.RESULTS.max_steps_reached.message, ""]
+    np.testing.assert_array_equal(batch.result == ode.RESULTS.successful, [False, True])
+    # Inside jit the code is not known yet: the lookup says so; comparisons still work.
+    seen = []
+
+    def traced(y0):
+        result = short(y0).result
+        seen.append((repr(result), ode.RESULTS[result]))
+        return result == ode.RESULTS.max_steps_reached, result
+
+    same, returned = jax.jit(traced)(Y0)
+    assert bool(same) and returned == ode.RESULTS.max_steps_reached
+    assert seen[0][0].startswith("Result(") and seen[0][1] == "traced"
+
+
 @pytest.mark.parametrize("controller, dt0", [(ode.ConstantStepSize(), 0.1), (PID, None)])
 def test_an_empty_interval_returns_y0(controller, dt0):
     saveat = ode.SaveAt(t0=True, t1=True, ts=jnp.array([1.0]), dense=True)
