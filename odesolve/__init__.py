@@ -59,6 +59,7 @@ from ._progress_meter import (
 )
 from ._results import RESULTS as RESULTS
 from ._results import InvalidStepTimes as InvalidStepTimes
+from ._results import Result as Result
 from ._results import SolveError as SolveError
 from ._results import UnsupportedCombination as UnsupportedCombination
 from ._results import is_event as is_event

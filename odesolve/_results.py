@@ -157,7 +157,7 @@ class Result:
     __slots__ = ("_value",)
 
     def __init__(self, value: Int[ArrayLike, "..."]) -> None:
-        self._value = value
+        self._value: Any = value
 
     def tree_flatten(self) -> tuple[tuple[Any], None]:
         return (self._value,), None
@@ -206,7 +206,7 @@ class Result:
     @property
     def message(self) -> Any:
         """What the outcome means and what to do (see `RESULTS[code]`)."""
-        return RESULTS[self]
+        return RESULTS[self]  # type: ignore[misc]  # (mypy reads enum lookups as by name)
 
     def __repr__(self) -> str:
         codes = _concrete_codes(self)
