@@ -25,6 +25,10 @@ from adjoints import (
     ReversibleAdjoint as ReversibleAdjoint,
 )
 
+from ._continuous import adjoint_rms_seminorm as adjoint_rms_seminorm
+from ._controller import (
+    AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
+)
 from ._controller import (
     AbstractStepSizeController as AbstractStepSizeController,
 )
@@ -69,6 +73,7 @@ from ._saveat import SaveAt as SaveAt
 from ._saveat import SubSaveAt as SubSaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution
+from ._solver import AbstractAdaptiveSolver as AbstractAdaptiveSolver
 from ._solver import AbstractERK as AbstractERK
 from ._solver import AbstractESDIRK as AbstractESDIRK
 from ._solver import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
@@ -78,6 +83,7 @@ from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
 )
 from ._solver import AbstractSolver as AbstractSolver
+from ._solver import AbstractWrappedSolver as AbstractWrappedSolver
 from ._solver import (
     Bosh3 as Bosh3,
 )
@@ -124,6 +130,7 @@ from ._solver import (
 from ._solver import VeryChord as VeryChord
 from ._solver import with_stepsize_controller_tols as with_stepsize_controller_tols
 from ._steady_state import steady_state_event as steady_state_event
+from ._term import AbstractTerm as AbstractTerm
 from ._term import ODETerm as ODETerm
 
 __version__ = "0.1.0"

@@ -41,24 +41,39 @@ def _is_none(x: PyTree):
     return x is None
 
 
-def _seminorm(z):
-    """RMS over the state and its adjoint, ignoring the parameter-gradient channels."""
-    y, a, _ = z
+def adjoint_rms_seminorm(z: tuple) -> Array:
+    """RMS over the state and its adjoint, the first two parts of `BacksolveAdjoint`'s
+    backward state, leaving out the parameter-gradient channels (Kidger, Chen and Lyons
+    2021). `BacksolveAdjoint()` measures its error this way by default (`seminorm=True`);
+    as in Diffrax, `BacksolveAdjoint(stepsize_controller=PIDController(...,
+    norm=adjoint_rms_seminorm))` asks for it explicitly."""
+    y, a = z[0], z[1]
     squares = jnp.sum(jnp.square(jnp.abs(y))) + jnp.sum(jnp.square(jnp.abs(a)))  # complex too
     return jnp.sqrt(squares / (y.size + a.size))
 
 
+def _backward_norm(adjoint, seminorm: bool):
+    """A norm given to the backward solve's own controller, else the seminorm (or RMS)."""
+    own = adjoint.stepsize_controller
+    if isinstance(own, ClipStepSizeController):
+        own = own.controller
+    if isinstance(own, PIDController) and own.norm is not None:
+        return own.norm
+    return adjoint_rms_seminorm if seminorm else None
+
+
 def _backward_controller(adjoint, controller, seminorm):
+    norm = _backward_norm(adjoint, seminorm)
     controller = adjoint.stepsize_controller or controller
     if isinstance(controller, ClipStepSizeController):
         controller = controller.controller
     if isinstance(controller, PIDController):
         # Save/jump times are in the forward solve's time; the backward solve does not
-        # need them to land anywhere.
+        # need them to land anywhere. The forward solve's norm is for its state alone.
         controller = eqx.tree_at(
             lambda c: (c.step_ts, c.jump_ts, c.norm),
             controller,
-            (None, None, _seminorm if seminorm else None),
+            (None, None, norm),
             is_leaf=_is_none,
         )
     elif isinstance(controller, StepTo):

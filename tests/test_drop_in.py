@@ -258,3 +258,52 @@ def test_a_failed_newton_iteration_on_a_fixed_step_is_nonlinear_divergence():
     assert sol.result == ode.RESULTS.nonlinear_divergence
     with pytest.raises(ode.SolveError, match=r"nonlinear_divergence.*Newton iterations"):
         ode.diffeqsolve(field, solver, 0.0, 1.0, 0.5, jnp.array([10.0]))
+
+
+# ---------------------------------------------------------------- Diffrax's kinds
+
+
+def test_diffrax_kinds_of_solver_controller_and_term():
+    from typing import Any
+
+    adaptive = [
+        ode.Heun(),
+        ode.Tsit5(),
+        ode.ImplicitEuler(),
+        ode.Kvaerno5(),
+        ode.ReversibleHeun(),
+        ode.HalfSolver(ode.Euler()),
+        ode.Reversible(ode.Tsit5()),
+    ]
+    fixed = [ode.Euler(), ode.LeapfrogMidpoint(), ode.Reversible(ode.Euler())]  # fmt: skip
+    assert all(isinstance(s, ode.AbstractAdaptiveSolver) for s in adaptive)
+    assert not any(isinstance(s, ode.AbstractAdaptiveSolver) for s in fixed)
+    assert isinstance(ode.HalfSolver(ode.Euler()), ode.AbstractWrappedSolver)
+    assert isinstance(ode.Reversible(ode.Tsit5()), ode.AbstractWrappedSolver)
+    assert not isinstance(ode.Tsit5(), ode.AbstractWrappedSolver)
+    assert isinstance(PID, ode.AbstractAdaptiveStepSizeController)
+    assert isinstance(ode.ClipStepSizeController(PID), ode.AbstractAdaptiveStepSizeController)
+    assert not isinstance(ode.ConstantStepSize(), ode.AbstractAdaptiveStepSizeController)
+    assert isinstance(DECAY, ode.AbstractTerm)
+    # Generic, as in Diffrax: subscripting names a type for annotations.
+    assert ode.ODETerm[Any] is not None and ode.AbstractTerm[Any, Any] is not None
+
+
+def test_backsolve_takes_the_adjoint_seminorm_by_name():
+    def gradient(norm):
+        controller = ode.PIDController(rtol=1e-6, atol=1e-6, norm=norm)
+
+        def loss(y0):
+            sol = ode.diffeqsolve(
+                DECAY, ode.Tsit5(), 0.0, 1.0, None, y0, stepsize_controller=PID,
+                adjoint=ode.BacksolveAdjoint(stepsize_controller=controller),
+            )  # fmt: skip
+            return jnp.sum(sol.ys[-1])
+
+        return jax.grad(loss)(Y0)
+
+    seminorm = gradient(ode.adjoint_rms_seminorm)
+    default = gradient(None)
+    np.testing.assert_allclose(seminorm, default, rtol=1e-12)  # the default is the seminorm
+    np.testing.assert_allclose(seminorm, np.exp(-1.0) * np.ones(2), rtol=1e-5)
+    np.testing.assert_allclose(gradient(ode.rms_norm), seminorm, rtol=1e-5)

@@ -1,3 +1,4 @@
+from ._base import AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController
 from ._base import AbstractStepSizeController as AbstractStepSizeController
 from .clip import ClipStepSizeController as ClipStepSizeController
 from .constant import ConstantStepSize as ConstantStepSize

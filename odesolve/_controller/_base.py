@@ -114,6 +114,11 @@ class AbstractStepSizeController(eqx.Module):
         """Accept or reject the step from t0 to t1, and propose the next one's end."""
 
 
+class AbstractAdaptiveStepSizeController(AbstractStepSizeController):
+    """A controller whose steps follow the solver's error estimate, as Diffrax names
+    them: `PIDController`, and `ClipStepSizeController`, which clips another's steps."""
+
+
 def signed_times(ts: ArrayLike, direction: Float[Array, ""]) -> Any:
     """Times given to a controller, in tau-space (`direction * ts`) and in the solve's time
     dtype, that of `direction`: integer times (`step_ts=[3, 4]`) and a list of Python

@@ -8,10 +8,17 @@ from jaxtyping import Array, Float
 
 from .._flat import FlatSpec, PyTree, RealScalarLike
 from .._solver._base import Field
-from ._base import AbstractStepSizeController, Proposal, clip_to_times, signed_times, stops_before
+from ._base import (
+    AbstractAdaptiveStepSizeController,
+    AbstractStepSizeController,
+    Proposal,
+    clip_to_times,
+    signed_times,
+    stops_before,
+)
 
 
-class ClipStepSizeController(AbstractStepSizeController):
+class ClipStepSizeController(AbstractAdaptiveStepSizeController):
     """Wrap `controller` so that steps land on each of `step_ts`, and stop just before
     each of `jump_ts` (times where the vector field is discontinuous; the step after one
     starts just past it, with the field evaluated there again). As Diffrax's wrapper of

@@ -24,7 +24,7 @@ from .._flat import FlatSpec, PyTree, RealScalarLike, in_state_dtype
 from .._results import RESULTS
 from .._solver._base import Field
 from ._base import (
-    AbstractStepSizeController,
+    AbstractAdaptiveStepSizeController,
     Proposal,
     clip_to_times,
     concrete_float,
@@ -64,7 +64,7 @@ def _known(value: object) -> float | None:
     return None if value is None else concrete_float(value)
 
 
-class PIDController(AbstractStepSizeController):
+class PIDController(AbstractAdaptiveStepSizeController):
     """Adapt the step size to keep the local error within rtol * |y| + atol.
 
     A step is accepted when the norm of its error estimate, scaled elementwise by

@@ -2,6 +2,8 @@ from ._base import AbstractReversibleSolver as AbstractReversibleSolver
 from ._base import AbstractSolver as AbstractSolver
 from ._base import StepContext as StepContext
 from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
+from ._kinds import AbstractAdaptiveSolver as AbstractAdaptiveSolver
+from ._kinds import AbstractWrappedSolver as AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta as AbstractRungeKutta
 from ._tableau import ButcherTableau as ButcherTableau
 from ._tableau import ImplicitTableau as ImplicitTableau

@@ -13,6 +13,7 @@ from jaxtyping import Array, Bool, Float
 from .._flat import PyTree
 from .._term import ODETerm
 from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
+from ._kinds import AbstractWrappedSolver
 
 
 def _either(a: Any, b: Any) -> Any:
@@ -21,7 +22,7 @@ def _either(a: Any, b: Any) -> Any:
     return a if b is None else a | b
 
 
-class HalfSolver(AbstractSolver):
+class HalfSolver(AbstractWrappedSolver):
     """Wraps `solver` (e.g. `Euler()`) so that it can be used with `PIDController`, as
     Diffrax's `HalfSolver`. Dense output is the whole step's."""
 

@@ -31,10 +31,11 @@ from jaxtyping import Array, Bool, Float
 from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
+from ._kinds import AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta, Stages, rk_stages
 
 
-class Reversible(AbstractReversibleSolver):
+class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
     """`Reversible(solver, coupling=0.999)`: the explicit Runge-Kutta `solver` (`Euler`,
     `Heun`, `Midpoint`, `Ralston`, `Bosh3`, `Tsit5`, `Dopri5`, `Dopri8`) made
     algebraically reversible, for `ReversibleAdjoint`: gradients in memory independent of
