@@ -17,6 +17,7 @@ from adjoints import Write
 
 from . import _event, _saving
 from ._config import Config, Params
+from ._controller._base import next_start
 from ._field import OneTrace, Rematerialised
 from ._results import RESULTS
 from ._solver._base import StepContext, StepField, StepResult
@@ -69,7 +70,7 @@ def initial_state(
 ) -> State:
     vf, args, t0 = params.vf, params.args, params.t_start
     k0 = vf(t0, y0, args)
-    t_next, controller_state = params.controller.init(
+    t_next, controller_state = params.controller.start(
         vf, t0, params.t_end, y0, k0, params.dt0, args, config.solver.error_order(), config.spec
     )
     result = jnp.where(
@@ -124,7 +125,8 @@ def step(config: Config, params: Params, state: State) -> State:
         config.solver.error_order(), config.spec,
     )  # fmt: skip
     accept = jnp.asarray(proposal.accept)
-    t_new, jumped = _next_start(params, accept, t0, t1)
+    stops = params.controller.jump_stops() if params.controller.has_jumps else None
+    t_new, jumped = next_start(stops, accept, t0, t1)
     next_end = clipped_to_end(params, t_new, proposal.next_end)
     result = _step_result(config, params, out, proposal.result, t_new, next_end)
     num_accepted = state.num_accepted + accept.astype(jnp.int32)
@@ -160,23 +162,6 @@ def _made_jump(accept: Array, jumped: Array | None, before: Array | None) -> Arr
     if jumped is None or before is None:
         return None
     return jnp.where(accept, jumped, before)
-
-
-def _next_start(
-    params: Params, accept: Bool[Array, ""], t0: Float[Array, ""], t1: Float[Array, ""]
-) -> tuple[Any, Any]:
-    """Where the next step starts, and whether this one stopped at a jump (None: no
-    jump times). Across a jump the next step starts just after it (its right limit):
-    t1 is the float below the jump time."""
-    t_new = jnp.where(accept, t1, t0)
-    stops = params.controller.jump_stops() if params.controller.has_jumps else None
-    if stops is None:
-        return t_new, None
-    jumped = accept & jnp.any(stops == t1)
-    # A shift of two ulps: as a time it moves with t1 (nextafter has no derivative).
-    fixed = jax.lax.stop_gradient(t1)
-    past = jnp.nextafter(jnp.nextafter(fixed, jnp.inf), jnp.inf)
-    return jnp.where(jumped, t1 + (past - fixed), t_new), jumped
 
 
 def _step_result(

@@ -227,6 +227,60 @@ def test_clip_controller_around_constant_steps_keeps_the_grid():
     np.testing.assert_allclose(ts, [0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 
 
+SWITCH = ode.ODETerm(lambda t, y, args: jnp.where(t < 0.5, -y, 2 * y))  # y(1) = e^0.5
+
+
+@pytest.mark.parametrize(
+    "controller",
+    [
+        ode.PIDController(rtol=1e-6, atol=1e-6, jump_ts=[0.5]),
+        # A time that is both a step time and a jump time is a jump.
+        ode.PIDController(rtol=1e-6, atol=1e-6, step_ts=[0.5], jump_ts=[0.5]),
+        ode.ClipStepSizeController(
+            ode.ClipStepSizeController(ode.PIDController(rtol=1e-6, atol=1e-6), jump_ts=[0.5]),
+            step_ts=[0.5],
+        ),
+    ],
+    ids=["jump", "step-and-jump", "nested"],
+)
+def test_a_jump_time_is_stepped_over_without_evaluating_across_it(controller):
+    # Stages at c = 1 sit on the step's end, just below the jump: no stage may round up
+    # onto the jump time, where the field belongs to the other side. If one did, every
+    # step ending there would be rejected and shrunk (75 steps instead of 8).
+    sol = ode.diffeqsolve(
+        SWITCH, ode.Tsit5(), 0.0, 1.0, 0.01, 1.0, stepsize_controller=controller
+    )  # fmt: skip
+    assert int(sol.stats["num_steps"]) <= 10
+    np.testing.assert_allclose(sol.ys[-1], np.exp(0.5), rtol=1e-7)
+
+
+def test_the_controllers_low_level_api_steps_across_nested_jumps():
+    pid = ode.PIDController(rtol=0, atol=1.0)  # an error of 0: every step grows tenfold
+    inner = ode.ClipStepSizeController(pid, jump_ts=[3.0, 13.0], step_ts=[23.0])
+    outer = ode.ClipStepSizeController(inner, step_ts=[2.0, 13.0], jump_ts=[23.0])
+    func = lambda terms, t, y, args: -y
+    end, state = outer.init(DECAY, -1.0, 0.0, 0.0, 4.0, None, func, 5)
+    assert end == 2.0  # -1 + 4, capped at the step time 2
+    below, above = lambda t: np.nextafter(t, -np.inf), lambda t: np.nextafter(t, np.inf)
+
+    def adapt(t0, t1):
+        keep, t0, t1, jumped, new_state, result = outer.adapt_step_size(
+            t0, t1, 0.0, 0.0, None, 0.0, 5, state
+        )
+        assert keep and result == ode.RESULTS.successful
+        return float(t0), float(t1), bool(jumped)
+
+    assert adapt(0.0, 1.0) == (1.0, 2.0, False)
+    assert adapt(1.0, 2.0) == (2.0, below(3.0), False)
+    assert adapt(10.0, 11.0) == (11.0, below(13.0), False)
+    # 13 is a jump of the inner controller and a step time of the outer: a jump. The
+    # next step starts just past it and runs to the outer controller's jump at 23.
+    t0, t1, jumped = adapt(11.0, below(13.0))
+    assert t0 == above(above(below(13.0))) and t1 == below(23.0) and jumped
+    keep, *_ = outer.adapt_step_size(0.0, 1.0, 0.0, 0.0, None, 2.0, 5, state)
+    assert not keep  # an error above the tolerance rejects the step
+
+
 def test_clip_controller_refuses_a_non_controller():
     with pytest.raises(TypeError, match=r"pass a step-size controller"):
         ode.ClipStepSizeController(ode.Tsit5(), step_ts=jnp.array([0.5]))

@@ -249,7 +249,7 @@ def test_failed_newton_solve_is_an_infinite_error_and_a_factormin_shrink():
     @jax.jit
     def attempt():
         step = solver.stages(robertson, t0, h, y0, robertson(t0, y0, k), k, True, context)
-        _, state = controller.init(robertson, t0, t0 + h, y0, None, h, k, 3, None)
+        _, state = controller.start(robertson, t0, t0 + h, y0, None, h, k, 3, None)
         return step, controller.adapt(t0, t0 + h, y0, step.y1, step.y_error, state, 3, None)
 
     step, proposal = attempt()

@@ -5,17 +5,21 @@ increases; `wrap(direction)` maps a controller's own time arrays into it.
 """
 
 import abc
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jax.typing import ArrayLike
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from adjoints import trace_time_value
 
-from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
+from .._results import Result
 from .._solver._base import Field
 
 
@@ -85,7 +89,7 @@ class AbstractStepSizeController(eqx.Module):
         """The number of steps when it is known before solving (static), else None."""
 
     @abc.abstractmethod
-    def init(
+    def start(
         self,
         vf: Field,
         t0: Float[Array, ""],
@@ -113,6 +117,85 @@ class AbstractStepSizeController(eqx.Module):
     ) -> Proposal:
         """Accept or reject the step from t0 to t1, and propose the next one's end."""
 
+    # ------------------------------------------------- Diffrax's low-level API
+
+    def init(
+        self,
+        terms: Any,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        y0: PyTree,
+        dt0: RealScalarLike | None,
+        args: PyTree,
+        func: Callable,
+        error_order: int | None,
+    ) -> tuple[Any, Any]:
+        """(The end of the first step, the controller state), as Diffrax's
+        `controller.init`, for writing your own step loop with times that increase.
+        `func(terms, t, y, args)` is the vector field (`solver.func`); with `dt0=None`
+        the first step is chosen from it."""
+        t0, t1 = _times(t0, t1)
+        spec, y = _flat(y0)
+        vf = lambda t, x, a: spec.ravel(func(terms, t, spec.unravel(x), a))
+        dt0 = None if dt0 is None else jnp.asarray(dt0, t0.dtype)
+        controller = self.wrap(jnp.ones((), t0.dtype))
+        return controller.start(vf, t0, t1, y, vf(t0, y, args), dt0, args, error_order or 1, spec)
+
+    def adapt_step_size(
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        y0: PyTree,
+        y1_candidate: PyTree,
+        args: PyTree,
+        y_error: PyTree | None,
+        error_order: int | None,
+        controller_state: PyTree,
+    ) -> tuple[Any, Any, Any, Any, Any, Any]:
+        """Accept or reject the step from t0 to t1, as Diffrax's
+        `controller.adapt_step_size`: (keep_step, next_t0, next_t1, made_jump,
+        controller_state, result). A step that ends just before a jump time (see
+        `jump_ts`) makes the next one start just after it, with `made_jump` True."""
+        t0, t1 = _times(t0, t1)
+        spec, y = _flat(y0)
+        controller = self.wrap(jnp.ones((), t0.dtype))
+        error = None if y_error is None else spec.ravel(y_error)
+        proposal = controller.adapt(
+            t0, t1, y, spec.ravel(y1_candidate), error, controller_state, error_order or 1, spec
+        )
+        accept = jnp.asarray(proposal.accept)
+        stops = controller.jump_stops() if controller.has_jumps else None
+        next_t0, jumped = next_start(stops, accept, t0, t1)
+        made_jump = jnp.asarray(False) if jumped is None else jumped
+        result = Result(jnp.asarray(proposal.result, jnp.int32))
+        return accept, next_t0, proposal.next_end, made_jump, proposal.state, result
+
+
+def _times(t0: RealScalarLike, t1: RealScalarLike) -> tuple[Array, Array]:
+    """Both times as arrays of one float dtype (Python numbers in JAX's default)."""
+    t0 = jnp.asarray(t0)
+    t0 = t0 if jnp.issubdtype(t0.dtype, jnp.floating) else t0.astype(float)
+    return t0, jnp.asarray(t1).astype(t0.dtype)
+
+
+def _flat(y0: PyTree) -> tuple[FlatSpec, Array]:
+    y0 = jtu.tree_map(jnp.asarray, y0)  # Python numbers too
+    spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
+    return spec, spec.ravel(y0)
+
+
+def next_start(
+    stops: Float[Array, " k"] | None, accept: Bool[Array, ""], t0: Array, t1: Array
+) -> tuple[Any, Any]:
+    """Where the next step starts, and whether this one stopped at a jump (None: no
+    jump times). Across a jump the next step starts just after it (its right limit):
+    t1 is the float below the jump time, one of `stops`."""
+    t_new = jnp.where(accept, t1, t0)
+    if stops is None:
+        return t_new, None
+    jumped = accept & jnp.any(stops == t1)
+    return jnp.where(jumped, floats_away(t1, 2), t_new), jumped
+
 
 class AbstractAdaptiveStepSizeController(AbstractStepSizeController):
     """A controller whose steps follow the solver's error estimate, as Diffrax names
@@ -132,8 +215,25 @@ def stops_before(jump_ts: Float[Array, " k"] | None) -> Any:
     itself, so a step that ends at a jump has the derivative of its length)."""
     if jump_ts is None:
         return None
-    fixed = jax.lax.stop_gradient(jump_ts)
-    return jump_ts + (jnp.nextafter(fixed, -jnp.inf) - fixed)
+    return floats_away(jump_ts, -1)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def floats_away(x: Array, n: int) -> Array:
+    """`x` moved by `n` representable floats (below it for n < 0), with the derivative
+    of `x` itself: a time placed next to another moves with it (`nextafter` alone has
+    no derivative). One operation rather than `x + (moved - x)`: XLA may reassociate
+    that sum inside a loop into `(x + moved) - x`, which rounds back onto `x`."""
+    towards = jnp.inf if n > 0 else -jnp.inf
+    for _ in range(abs(n)):
+        x = jnp.nextafter(x, towards)
+    return x
+
+
+@floats_away.defjvp
+def _floats_away_jvp(n: int, primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+    (x,), (dx,) = primals, tangents
+    return floats_away(x, n), dx
 
 
 def clip_to_times(
@@ -144,9 +244,15 @@ def clip_to_times(
 ) -> Any:
     """Cap a step from `start` at the first step time after it, and at the first stop
     before a jump after it (a step must not straddle a discontinuity, nor end on it: the
-    vector field's value exactly there belongs to the other side)."""
+    vector field's value exactly there belongs to the other side).
+
+    Times within one float of `start` are behind it: a step that stopped just below a
+    jump time (at its stop) is followed by one from just past it, so the jump time
+    itself, also a step time here or in an enclosing `ClipStepSizeController`, has been
+    reached; capping there would propose a step that ends before it starts."""
+    reached = jnp.nextafter(jax.lax.stop_gradient(start), jnp.inf)
     for ts in (step_ts, jump_stops):
         if ts is not None:
-            after = jnp.where(ts > start, ts, jnp.inf)
+            after = jnp.where(ts > reached, ts, jnp.inf)
             end = jnp.minimum(end, jnp.min(after))
     return end

@@ -3,6 +3,7 @@
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
@@ -37,10 +38,10 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
             )
         for name in ("step_ts", "jump_ts"):
             ts = getattr(self, name)
-            if ts is not None and len(jnp.shape(ts)) != 1:
+            if ts is not None and len(np.shape(ts)) != 1:
                 raise ValueError(
                     f"ClipStepSizeController({name}=...): pass a 1-D array of times, got "
-                    f"shape {jnp.shape(ts)}."
+                    f"shape {np.shape(ts)}."
                 )
 
     def wrap(self, direction: Float[Array, ""]):
@@ -77,7 +78,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):
         return self.controller.times_are_valid(t_start, t_end)
 
-    def init(
+    def start(
         self,
         vf: Field,
         t0: Float[Array, ""],
@@ -89,7 +90,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
         error_order: int,
         spec: FlatSpec,
     ):
-        end, state = self.controller.init(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
+        end, state = self.controller.start(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
         return clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts)), state
 
     def adapt(

@@ -56,7 +56,7 @@ class ConstantStepSize(AbstractFixedStepController):
         # extra sliver of a step.
         return max(1, math.ceil((c1 - c0) / np.nextafter(cdt, np.inf)))
 
-    def init(
+    def start(
         self,
         vf: Field,
         t0: Float[Array, ""],
@@ -135,7 +135,7 @@ class StepTo(AbstractFixedStepController):
         increasing = jnp.all(ts[1:] > ts[:-1])
         return increasing & (ts[0] == t_start) & (ts[-1] == t_end)
 
-    def init(
+    def start(
         self,
         vf: Field,
         t0: Float[Array, ""],

@@ -186,7 +186,7 @@ class PIDController(AbstractAdaptiveStepSizeController):
             return rms_norm(scaled)
         return self.norm(spec.unravel(scaled))
 
-    def init(
+    def start(
         self,
         vf: Field,
         t0: Float[Array, ""],
