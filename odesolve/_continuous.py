@@ -5,6 +5,7 @@ The adjoint package never imports odesolve: this module describes the ODE to it 
 system) with the same solver and step-size controller.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from ._controller.clip import ClipStepSizeController
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._flat import PyTree
-from ._results import UnsupportedCombination
+from ._results import ComplexStateWarning, UnsupportedCombination
 from ._saveat import SaveAt, save_y
 from ._term import ODETerm
 
@@ -93,7 +94,13 @@ def continuous_problem(
     def integrate(field, theta, z0, t0: Float[Array, ""], t1: Float[Array, ""], seminorm, params):
         step = None if params.dt0 is None else -jnp.abs(params.dt0)
         controller = _backward_controller(adjoint, params.controller, seminorm)
-        sol = diffeqsolve(
+        with warnings.catch_warnings():  # the user was told of a complex state already
+            warnings.simplefilter("ignore", ComplexStateWarning)
+            sol = _backward_solve(controller, step, z0, theta, field, t0, t1)
+        return jtu.tree_map(lambda x: x[0], sol.ys)
+
+    def _backward_solve(controller, step, z0, theta, field, t0, t1):
+        return diffeqsolve(
             ODETerm(lambda t, z, th: field(th, t, z)),
             adjoint.solver or solver,
             t0,
@@ -107,7 +114,6 @@ def continuous_problem(
             max_steps=max_steps,
             throw=throw,
         )
-        return jtu.tree_map(lambda x: x[0], sol.ys)
 
     def saved(buffers, ct_buffers, params):
         save_ts = params.save_ts[0] if params.save_ts else None

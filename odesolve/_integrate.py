@@ -6,6 +6,7 @@ loop's carry and turn it into output afterwards.
 """
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from ._event import Event, FlatConditions
 from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
-from ._results import RESULTS, Result
+from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result
 from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
@@ -101,6 +102,8 @@ def diffeqsolve(
             raise ValueError(f"{name}=...: resuming a solve is not supported; pass None.")
     if not jtu.tree_leaves(y0):
         terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
+    if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
+        warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )

@@ -264,4 +264,18 @@ class UnsupportedCombination(ValueError, NotImplementedError):
     Diffrax raises for them)."""
 
 
+class ComplexStateWarning(UserWarning):
+    """Said once per call site when `y0` is complex, as Diffrax warns ("Complex dtype"):
+    what a complex solve means here. Silence it with
+    `warnings.filterwarnings("ignore", category=odesolve.ComplexStateWarning)`."""
+
+
+COMPLEX_STATE = (
+    "Complex dtype: y0 is complex. odesolve solves it in real time with errors measured "
+    "by modulus; a gradient with respect to a complex value follows JAX's convention "
+    "(for a real loss L of z = x + iy, jax.grad gives dL/dx - i dL/dy). Silence this with "
+    "warnings.filterwarnings('ignore', category=odesolve.ComplexStateWarning)."
+)
+
 InvalidStepTimes.__module__ = UnsupportedCombination.__module__ = "odesolve"
+ComplexStateWarning.__module__ = "odesolve"

@@ -176,3 +176,12 @@ def test_an_event_on_a_complex_state_and_the_reversible_adjoint():
     h = 1e-6
     central = (crossing(1 + h, DIRECT) - crossing(1 - h, DIRECT)) / (2 * h)
     np.testing.assert_allclose(direct, central, rtol=1e-5)
+
+
+def test_a_complex_state_is_announced_as_diffrax_does():
+    with pytest.warns(ode.ComplexStateWarning, match="Complex dtype"):
+        solve(ode.Tsit5())
+    # Not again inside a gradient by the continuous adjoint, which solves internally.
+    with pytest.warns(ode.ComplexStateWarning) as said:
+        jax.grad(_population)(1.0, ode.Tsit5(), ode.BacksolveAdjoint())
+    assert len(said) == 1

@@ -182,6 +182,23 @@ def test_an_empty_state_returns_its_structure(y0):
     assert sol.ys[0] == 1.0 and sol.result == ode.RESULTS.event_occurred
 
 
+@pytest.mark.parametrize(
+    "solver, controller",
+    [
+        (ode.Tsit5(), ode.PIDController(rtol=1e-5, atol=1e-8, pcoeff=0.3, icoeff=0.3)),
+        (ode.ImplicitEuler(), ode.ConstantStepSize()),
+        (ode.Kvaerno5(), ode.ConstantStepSize()),
+    ],
+    ids=["pi-controller", "implicit-euler", "kvaerno5"],
+)
+def test_an_array_with_no_components_is_solved(solver, controller):
+    # A float32 state's (empty) error norm keeps its dtype in the controller's history,
+    # and Newton iterations on no components converge at once.
+    y0 = jnp.ones((0,), jnp.float32)
+    sol = ode.diffeqsolve(DECAY, solver, 0.0, 1.0, 0.01, y0, stepsize_controller=controller)
+    assert sol.ys.shape == (1, 0) and sol.result == ode.RESULTS.successful
+
+
 @pytest.mark.parametrize("controller", [ode.ConstantStepSize(), PID], ids=["constant", "pid"])
 def test_an_event_ends_a_solve_to_infinity(controller):
     event = ode.Event(lambda t, y, args, **kwargs: y[0] - 0.5)

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
 from .._flat import FlatSpec, PyTree, RealScalarLike, in_state_dtype
+from .._norm import rms_norm
 from .._results import RESULTS
 from .._solver._base import Field
 from ._base import (
@@ -31,16 +31,6 @@ from ._base import (
     signed_times,
     stops_before,
 )
-
-
-def rms_norm(x: PyTree) -> Any:
-    """Root mean square over every element of a PyTree."""
-    leaves = jax.tree_util.tree_leaves(x)
-    size = sum(leaf.size for leaf in leaves)
-    if size == 0:  # an empty state has no error: every step is accepted
-        return jnp.zeros(())
-    total = sum(jnp.sum(jnp.square(jnp.abs(leaf))) for leaf in leaves)  # complex too
-    return jnp.sqrt(total / size)
 
 
 def _is_zero(x: object) -> bool:

@@ -23,7 +23,7 @@ from jaxtyping import Array, Bool, Float
 from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
-from .._term import ODETerm
+from .._term import AbstractTerm, ODETerm
 
 # A vector field on a flat state: f(t, y, args).
 Field = Callable[[Any, Any, Any], Any]
@@ -80,7 +80,11 @@ class StepResult(eqx.Module):
 
 
 class AbstractSolver(eqx.Module):
-    """A one-step method on the flat state. Subclasses are abstract or final."""
+    """A one-step method on the flat state. Subclasses are abstract or final.
+
+    `term_structure`: the terms a solver takes, as Diffrax names it (one term here)."""
+
+    term_structure: ClassVar[Any] = AbstractTerm
 
     @abc.abstractmethod
     def order(self, terms: ODETerm | None = None) -> int:

@@ -127,7 +127,8 @@ def _chord_iterations(
         k, it, prev_size, _ = carry
         delta = jsl.lu_solve(lu, vf(t, base + hg * k, args) - k)
         scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
-        size = jnp.sqrt(jnp.mean(jnp.square(hg * delta / scale)))
+        # RMS; a state with no components (size 0) has converged at once.
+        size = jnp.sqrt(jnp.sum(jnp.square(hg * delta / scale)) / max(delta.size, 1))
         # Hairer & Wanner IV.8 (8.10)-(8.11): with rate theta the error left after this
         # iteration is about theta / (1 - theta) |delta|. The first iteration has no rate
         # yet; it is accepted only when |delta| itself is below kappa.

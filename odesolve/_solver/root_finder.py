@@ -12,20 +12,38 @@ from typing import Any
 
 import equinox as eqx
 
+from .._norm import rms_norm
+
+
+class _ControllerTolerance:
+    """The tolerance a root finder leaves to the step-size controller. A leaf rather than
+    None, so that `eqx.tree_at(lambda s: s.root_finder.rtol, solver, 1e-3)` can set it,
+    as code written for Diffrax does."""
+
+    def __repr__(self) -> str:
+        return "use_stepsize_tol"
+
+
+use_stepsize_tol: Any = _ControllerTolerance()
+
+
+def _unset(tolerance: Any) -> bool:
+    return tolerance is None or tolerance is use_stepsize_tol
+
 
 class VeryChord(eqx.Module):
     """Newton tolerances for an implicit solver, as Diffrax's `VeryChord`: iterate until
-    the estimated error of a stage is below `kappa * (atol + rtol * |y|)`. `rtol=None`,
-    `atol=None`: the step-size controller's. `norm` is accepted for Diffrax's signature;
-    the error is measured in the RMS norm."""
+    the estimated error of a stage is below `kappa * (atol + rtol * |y|)`. Left out (or
+    None): the step-size controller's. `norm` is accepted for Diffrax's signature; the
+    error is measured in the RMS norm."""
 
-    rtol: float | None = None
-    atol: float | None = None
+    rtol: Any = use_stepsize_tol
+    atol: Any = use_stepsize_tol
     kappa: float = 1e-2
-    norm: Any = None
+    norm: Any = rms_norm
 
     def __check_init__(self):
-        if (self.rtol is None) != (self.atol is None):
+        if _unset(self.rtol) != _unset(self.atol):
             raise ValueError(
                 f"VeryChord(rtol={self.rtol}, atol={self.atol}): pass both or neither "
                 "(neither: the step-size controller's)."
@@ -34,11 +52,11 @@ class VeryChord(eqx.Module):
 
 def with_stepsize_controller_tols(cls: type) -> Callable[..., Any]:
     """As Diffrax: `with_stepsize_controller_tols(VeryChord)()` makes a root finder that
-    takes its tolerances from the step-size controller (here: `rtol=atol=None`)."""
+    takes its tolerances from the step-size controller."""
 
     def make(*args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("rtol", None)
-        kwargs.setdefault("atol", None)
+        kwargs.setdefault("rtol", use_stepsize_tol)
+        kwargs.setdefault("atol", use_stepsize_tol)
         return cls(*args, **kwargs)
 
     return make
@@ -53,4 +71,6 @@ def root_finder_tolerances(root_finder: Any) -> tuple[Any, Any, Any]:
                 f"root_finder={root_finder!r}: pass odesolve.VeryChord(rtol, atol) or an "
                 "optimistix root finder (it needs `rtol` and `atol`)."
             )
+    if _unset(root_finder.rtol) or _unset(root_finder.atol):
+        return None, None, getattr(root_finder, "kappa", None)
     return root_finder.rtol, root_finder.atol, getattr(root_finder, "kappa", None)
