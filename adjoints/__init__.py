@@ -17,6 +17,9 @@ from ._adjoint import (
     ForwardMode as ForwardMode,
 )
 from ._adjoint import (
+    ImplicitAdjoint as ImplicitAdjoint,
+)
+from ._adjoint import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
 from ._adjoint import (

@@ -74,6 +74,8 @@ class AbstractAdjoint(eqx.Module):
     reverse_only: ClassVar[bool] = False
     # Whether the adjoint undoes the loop's steps, and so needs `Loop.reversal`.
     reverses: ClassVar[bool] = False
+    # Whether the solver differentiates the final state itself (a steady state).
+    implicit: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run_loop(
@@ -93,6 +95,24 @@ class ForwardMode(AbstractAdjoint):
 
     def run_loop(self, loop, params, init, buffers, problem=None):
         return run_plain(loop, params, init, buffers)
+
+
+class ImplicitAdjoint(AbstractAdjoint):
+    """For a solve that ends at a steady state (`Event(steady_state_event())`): the
+    final state y1 is differentiated by the implicit function theorem, as Diffrax's
+    `ImplicitAdjoint`. At a steady state f(t1, y1, args) = 0, so dy1/dargs =
+    -(df/dy)^{-1} df/dargs, one linear solve: no memory or time for the steps, which
+    are run without a derivative. Exact for an exact steady state; y0 has no effect on
+    it (its gradient is zero). `SaveAt(t1=True)` only; forward and reverse mode."""
+
+    # The solver attaches the derivative to the final state (it knows the field).
+    implicit: ClassVar[bool] = True
+
+    def run_loop(self, loop, params, init, buffers, problem=None):
+        frozen = lambda tree: jtu.tree_map(
+            lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree
+        )
+        return run_plain(loop, frozen(params), frozen(init), buffers)
 
 
 class DirectAdjoint(AbstractAdjoint):

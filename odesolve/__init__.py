@@ -19,6 +19,9 @@ from adjoints import (
     ForwardMode as ForwardMode,
 )
 from adjoints import (
+    ImplicitAdjoint as ImplicitAdjoint,
+)
+from adjoints import (
     RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
 )
 from adjoints import (

@@ -17,7 +17,7 @@ from jaxtyping import Array, Float
 
 from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_size
 
-from . import _event, _saving, _step
+from . import _event, _saving, _steady_state_derivative, _step
 from ._config import Config, Params, check_adaptive, static_times
 from ._continuous import check_supported, continuous_problem
 from ._controller._base import AbstractStepSizeController
@@ -85,6 +85,8 @@ def diffeqsolve(
         adjoint=adjoint,
         progress_meter=progress_meter,
     )
+    if adjoint.implicit:
+        _steady_state_derivative.check_supported(saveat)
     if event is not None and not isinstance(event, Event):
         raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
     if event is not None and adjoint.continuous:
@@ -131,6 +133,8 @@ def diffeqsolve(
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
     sol = solve(adjoint=adjoint)
+    if adjoint.implicit and jtu.tree_leaves(y0):
+        sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args)
     if max_steps is not None and max_steps > _MOST_STEPS:
         sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
     return raise_if_failed(sol) if throw else sol

@@ -1,0 +1,84 @@
+"""`ImplicitAdjoint`'s derivative: a solve that ends at a steady state, differentiated by
+the implicit function theorem instead of through its steps.
+
+At a steady state f(t1, y1, theta) = 0, so dy1/dtheta = -J^{-1} df/dtheta with J =
+df/dy at (t1, y1). The solve's own steps carry no derivative (`ImplicitAdjoint` runs
+them on constants); the final state is given this one by adding a Newton correction of
+value zero whose derivative is exactly that (J held constant, y1 a constant).
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+from ._flat import PyTree, flat_spec, state_dtype
+from ._results import UnsupportedCombination
+from ._saveat import SaveAt, save_y
+from ._solution import Solution
+from ._term import ODETerm
+
+
+def check_supported(saveat: SaveAt) -> None:
+    only_t1 = (
+        saveat.t1 and not saveat.t0 and saveat.ts is None and not saveat.steps
+        and not saveat.dense and saveat.subs is None and saveat.fn is save_y
+    )  # fmt: skip
+    if not only_t1:
+        raise UnsupportedCombination(
+            f"adjoint=ImplicitAdjoint() with saveat={saveat!r}: it differentiates the "
+            "final (steady) state only. Pass saveat=SaveAt(t1=True), or use "
+            "RecursiveCheckpointAdjoint() (the default) to differentiate other outputs."
+        )
+
+
+@jax.custom_jvp
+def _zero_carrying(x: jax.Array) -> jax.Array:
+    """Zero, with the derivative of `x`: exactly zero in value (not x - x, which a
+    compiler may reassociate with what it is added to)."""
+    return jnp.zeros_like(x)
+
+
+@_zero_carrying.defjvp
+def _zero_carrying_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+    (x,), (dx,) = primals, tangents
+    return jnp.zeros_like(x), dx
+
+
+def _frozen(tree: PyTree) -> Any:
+    return jtu.tree_map(lambda x: lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
+
+
+def _as_real(z: jax.Array) -> jax.Array:
+    return jnp.concatenate([jnp.real(z), jnp.imag(z)])
+
+
+def _as_complex(x: jax.Array) -> jax.Array:
+    n = x.shape[0] // 2
+    return lax.complex(x[:n], x[n:])
+
+
+def with_steady_state_derivative(sol: Solution, terms: ODETerm, args: PyTree) -> Solution:
+    """`sol` with its final state given the implicit-function derivative."""
+    t1 = lax.stop_gradient(sol.ts[-1])
+    y1 = _frozen(jtu.tree_map(lambda x: x[-1], sol.ys))
+    spec = flat_spec(y1, state_dtype(jtu.tree_leaves(y1)))
+
+    complex_state = jnp.iscomplexobj(spec.ravel(y1))
+    # A complex state is solved for as its real and imaginary parts: the field need not
+    # be holomorphic.
+    to_real = _as_real if complex_state else (lambda z: z)
+    from_real = _as_complex if complex_state else (lambda x: x)
+
+    def field(x: jax.Array, term: ODETerm, a: PyTree) -> jax.Array:
+        return to_real(spec.ravel(term.vf(t1, spec.unravel(from_real(x)), a)))
+
+    flat = to_real(spec.ravel(y1))
+    jacobian = jax.jacfwd(field)(flat, *_frozen((terms, args)))
+    correction = -jnp.linalg.solve(jacobian, field(flat, terms, args))
+    shift = spec.unravel(from_real(_zero_carrying(correction)))
+    ys = jtu.tree_map(lambda x, s: x.at[-1].add(s), sol.ys, shift)
+    return eqx.tree_at(lambda s: s.ys, sol, ys)

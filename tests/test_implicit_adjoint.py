@@ -1,0 +1,65 @@
+"""`ImplicitAdjoint`: derivatives of a steady state by the implicit function theorem,
+against the closed form, in every transformation order."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+# dy/dt = a - k y^3 runs to y* = (a / k)^(1/3), whatever y0.
+FIELD = ode.ODETerm(lambda t, y, p: p[0] - p[1] * y**3)
+Y0 = jnp.array([0.5, 2.0])
+PID = ode.PIDController(rtol=1e-9, atol=1e-9)
+
+
+def steady_state(params, y0=Y0, adjoint=ode.ImplicitAdjoint()):
+    sol = ode.diffeqsolve(
+        FIELD, ode.Tsit5(), 0.0, jnp.inf, None, y0, params,
+        event=ode.Event(ode.steady_state_event()), stepsize_controller=PID, adjoint=adjoint,
+    )  # fmt: skip
+    return sol.ys[-1]
+
+
+def exact_jacobian(params):
+    a, k = params
+    root = (a / k) ** (1 / 3)
+    d_a = root / (3 * a)  # d/da (a/k)^(1/3)
+    d_k = -root / (3 * k)
+    return np.stack([np.full(2, d_a), np.full(2, d_k)], axis=-1)
+
+
+PARAMS = jnp.array([2.0, 0.5])
+
+
+def test_the_steady_state_and_its_derivatives():
+    np.testing.assert_allclose(steady_state(PARAMS), (2.0 / 0.5) ** (1 / 3), rtol=1e-7)
+    expected = exact_jacobian(PARAMS)
+    np.testing.assert_allclose(jax.jacrev(steady_state)(PARAMS), expected, rtol=1e-6)
+    np.testing.assert_allclose(jax.jacfwd(steady_state)(PARAMS), expected, rtol=1e-6)
+    # Where the solve started does not move the steady state.
+    np.testing.assert_allclose(jax.jacrev(steady_state, argnums=1)(PARAMS, Y0), 0.0)
+
+
+def test_transformation_orders_agree_with_one_sample_at_a_time():
+    batch = jnp.array([[2.0, 0.5], [1.0, 1.0], [1.5, 0.75]])
+    loss = lambda p: jnp.sum(steady_state(p) ** 2)
+    one_at_a_time = np.stack([jax.grad(loss)(p) for p in batch])
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss))(batch), one_at_a_time, rtol=1e-10)
+    of_sum = jax.grad(lambda b: jnp.sum(jax.vmap(loss)(b)))(batch)
+    np.testing.assert_allclose(of_sum, one_at_a_time, rtol=1e-10)
+    jitted = jax.jit(jax.grad(loss))(batch[0])
+    np.testing.assert_allclose(jitted, one_at_a_time[0], rtol=1e-10)
+    for p, g in zip(batch, one_at_a_time):
+        np.testing.assert_allclose(
+            g, 2 * np.sum(steady_state(p)[:, None] * exact_jacobian(p), 0), rtol=1e-7
+        )
+
+
+def test_only_the_final_state_is_differentiated():
+    with pytest.raises(ValueError, match=r"SaveAt\(t1=True\)"):
+        ode.diffeqsolve(
+            FIELD, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, PARAMS,
+            saveat=ode.SaveAt(ts=jnp.array([0.5, 1.0])), adjoint=ode.ImplicitAdjoint(),
+        )  # fmt: skip
