@@ -77,13 +77,18 @@ class AbstractProgressMeter(eqx.Module):
 
         # Under `vmap` the callback would fire once per sample: report the slowest
         # sample's progress instead (a minimum reduced over the batch, unbatched). Progress
-        # is reported, not differentiated: the reduction has no derivative rule.
+        # is reported, not differentiated: the reduction has no derivative rule. The last
+        # report is the largest `last` in the batch: a sample that has finished keeps the
+        # `last` it had then, older than the running samples' (the minimum would make
+        # every later step look due).
         progress = lax.stop_gradient(progress.astype(jnp.float32))
         progress = -eqxi.unvmap_max(-progress)
-        last = -eqxi.unvmap_max(-lax.stop_gradient(last))
+        last = eqxi.unvmap_max(lax.stop_gradient(last))
         return lax.cond(self.due(progress, last, num_steps), report, lambda _: last, progress)
 
     def close(self, key: int, token: Array) -> None:
+        # One close for a whole `vmap` batch: the token, reduced over it, is unbatched.
+        token = eqxi.unvmap_max(lax.stop_gradient(token))
         jax.debug.callback(lambda _: self._close(key), token)
 
 
@@ -116,8 +121,9 @@ class TextProgressMeter(AbstractProgressMeter):
     def due(
         self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]
     ) -> Any:
-        """The progress grew by `minimum_increase` since the last report."""
-        return progress >= last + self.minimum_increase
+        """The progress grew by `minimum_increase` since the last report (100% is
+        printed once, when the meter closes)."""
+        return (progress >= last + self.minimum_increase) & (progress < 1)
 
     def _start(self, key: int):
         print("0.00%", flush=True)

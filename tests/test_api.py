@@ -556,6 +556,7 @@ def test_text_progress_meter_reports_to_stdout(capfd):
     percents = [float(line.rstrip("%")) for line in lines]
     assert percents == sorted(percents)
     assert len(percents) > 10  # every 2% of 100 steps
+    assert lines.count("100.00%") == 1  # the last step lands on a report: said once
     np.testing.assert_allclose(sol.ys[0], np.exp(-1.0), rtol=1e-9)
 
 
@@ -599,11 +600,14 @@ def test_throw_false_returns_the_result():
 def test_progress_meter_under_vmap_reports_the_slowest_sample():
     """One report per step of the batch, never going backwards (a callback per sample
     would interleave the samples' progress)."""
-    seen = []
+    seen, closed = [], []
 
     class Recording(ode.TextProgressMeter):
         def _update(self, key, progress):
             seen.append(progress)
+
+        def _close(self, key):
+            closed.append(key)
 
     def solve(rate):
         return ode.diffeqsolve(
@@ -619,8 +623,13 @@ def test_progress_meter_under_vmap_reports_the_slowest_sample():
         ).ys
 
     jax.block_until_ready(jax.jit(jax.vmap(solve))(jnp.array([0.1, 1.0, 5.0, 20.0])))
+    jax.effects_barrier()
     assert len(seen) > 5
     assert all(b >= a for a, b in zip(seen, seen[1:]))
+    # Every 2%, also once samples have finished (each keeps the last report it saw), and
+    # one close for the batch.
+    assert all(b - a >= 0.02 - 1e-6 for a, b in zip(seen, seen[1:])) and len(seen) <= 50
+    assert len(closed) == 1
 
 
 @pytest.mark.parametrize(
