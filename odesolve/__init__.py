@@ -66,6 +66,7 @@ from ._progress_meter import (
 )
 from ._results import RESULTS as RESULTS
 from ._results import ComplexStateWarning as ComplexStateWarning
+from ._results import InvalidSaveTimes as InvalidSaveTimes
 from ._results import InvalidStepTimes as InvalidStepTimes
 from ._results import Result as Result
 from ._results import SolveError as SolveError

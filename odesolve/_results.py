@@ -259,6 +259,11 @@ class InvalidStepTimes(ValueError, RuntimeError):
     Diffrax raises for it)."""
 
 
+class InvalidSaveTimes(ValueError, RuntimeError):
+    """`SaveAt(ts=...)` reaches outside [t0, t1] (a `ValueError`, and the `RuntimeError`
+    Diffrax raises for it when the solve runs)."""
+
+
 class UnsupportedCombination(ValueError, NotImplementedError):
     """Options that do not work together (a `ValueError`, and the `NotImplementedError`
     Diffrax raises for them)."""
@@ -278,4 +283,5 @@ COMPLEX_STATE = (
 )
 
 InvalidStepTimes.__module__ = UnsupportedCombination.__module__ = "odesolve"
+InvalidSaveTimes.__module__ = "odesolve"
 ComplexStateWarning.__module__ = "odesolve"

@@ -22,7 +22,7 @@ from ._controller.constant import StepTo
 from ._event import BoundCondition, check_condition_outputs, condition_kwargs
 from ._flat import complex_dtype, real_dtype, widest_float
 from ._progress_meter import AbstractProgressMeter
-from ._results import InvalidStepTimes
+from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._base import AbstractSolver
 from ._term import ODETerm
@@ -153,7 +153,7 @@ def _check_save_ts(ts, c0, c1, time_dtype):
     outside = (ts < lo) | (ts > hi)
     if np.any(outside):
         i = int(np.argmax(outside))
-        raise ValueError(
+        raise InvalidSaveTimes(
             f"SaveAt(ts=...) has ts[{i}]={ts[i]} outside [t0, t1] = [{c0}, {c1}]: save "
             "times must lie within the interval of integration."
         )

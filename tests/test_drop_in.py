@@ -157,6 +157,9 @@ def test_errors_are_also_the_types_diffrax_raises():
             DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0,
             saveat=ode.SaveAt(steps=True), adjoint=ode.BacksolveAdjoint(),
         )  # fmt: skip
+    for ts in ([-0.5], [1.5]):
+        with pytest.raises(RuntimeError, match=r"outside \[t0, t1\]"):
+            ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, saveat=ode.SaveAt(ts=ts))
 
 
 def test_a_boolean_event_true_at_t0_stops_before_the_first_step():
