@@ -21,16 +21,23 @@ from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._flat import PyTree
 from ._results import ComplexStateWarning, UnsupportedCombination
-from ._saveat import SaveAt, save_y
+from ._saveat import SaveAt, SubSaveAt, save_y
 from ._term import ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
-    if saveat.steps or saveat.dense or saveat.fn is not save_y or saveat.subs is not None:
+    # One SubSaveAt is the same output as a SaveAt with its times.
+    single = saveat if saveat.subs is None else saveat.subs
+    if (
+        saveat.dense
+        or not isinstance(single, (SaveAt, SubSaveAt))
+        or single.steps
+        or single.fn is not save_y
+    ):
         raise UnsupportedCombination(
-            "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only, not steps, "
-            "dense, fn or subs: its backward solve restarts from the saved states. Use "
-            "RecursiveCheckpointAdjoint() (the default) for those."
+            "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only (or one SubSaveAt "
+            "of those), not steps, dense, fn or several subs: its backward solve restarts "
+            "from the saved states. Use RecursiveCheckpointAdjoint() (the default) for those."
         )
 
 

@@ -381,3 +381,23 @@ def test_backsolve_takes_the_adjoint_seminorm_by_name():
     np.testing.assert_allclose(seminorm, default, rtol=1e-12)  # the default is the seminorm
     np.testing.assert_allclose(seminorm, np.exp(-1.0) * np.ones(2), rtol=1e-5)
     np.testing.assert_allclose(gradient(ode.rms_norm), seminorm, rtol=1e-5)
+
+
+def test_backsolve_takes_one_subsaveat_of_save_times():
+    sub = ode.SaveAt(subs=ode.SubSaveAt(t0=True, ts=jnp.array([0.5, 1.0])))
+    plain = ode.SaveAt(t0=True, ts=jnp.array([0.5, 1.0]))
+
+    def loss(rate, saveat, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -a * y), ode.Tsit5(), 0.0, 1.0, None, Y0, rate,
+            saveat=saveat, stepsize_controller=PID, adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    expected = jax.grad(loss)(0.5, plain, ode.RecursiveCheckpointAdjoint())
+    np.testing.assert_allclose(
+        jax.grad(loss)(0.5, sub, ode.BacksolveAdjoint()), expected, rtol=1e-6
+    )
+    several = ode.SaveAt(subs=(ode.SubSaveAt(t1=True), ode.SubSaveAt(steps=True)))
+    with pytest.raises(NotImplementedError, match="several subs"):
+        loss(0.5, several, ode.BacksolveAdjoint())
