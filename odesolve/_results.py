@@ -75,6 +75,11 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     def message(self) -> str:
         return _MESSAGES[self]
 
+    @property
+    def _value(self) -> int:
+        """The code, under the name Diffrax's results (and `Result`) keep it."""
+        return self.value
+
 
 _MESSAGES = {
     RESULTS.successful: "",

@@ -29,6 +29,7 @@ def test_a_result_reads_as_its_name_and_compares_as_its_code():
     assert sol.result == ode.RESULTS.max_steps_reached and sol.result != 0
     assert sol.result == short(2 * Y0).result  # one result against another
     assert sol.result._value.dtype == jnp.int32  # the array, named as in Diffrax
+    assert ode.RESULTS.max_steps_reached._value == sol.result._value
     with pytest.raises(TypeError, match="is_successful"):
         bool(sol.result)  # 0 means success: a truth value would read the wrong way round
     # A batch: names and messages per sample; comparisons elementwise.
