@@ -19,6 +19,8 @@ from ._flat import PyTree, flat_spec, state_dtype
 from ._results import UnsupportedCombination
 from ._saveat import SaveAt, save_y
 from ._solution import Solution
+from ._solver._chord import frozen
+from ._solver._implicit import as_complex, as_real
 from ._term import ODETerm
 
 
@@ -48,36 +50,23 @@ def _zero_carrying_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     return jnp.zeros_like(x), dx
 
 
-def _frozen(tree: PyTree) -> Any:
-    return jtu.tree_map(lambda x: lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
-
-
-def _as_real(z: jax.Array) -> jax.Array:
-    return jnp.concatenate([jnp.real(z), jnp.imag(z)])
-
-
-def _as_complex(x: jax.Array) -> jax.Array:
-    n = x.shape[0] // 2
-    return lax.complex(x[:n], x[n:])
-
-
 def with_steady_state_derivative(sol: Solution, terms: ODETerm, args: PyTree) -> Solution:
     """`sol` with its final state given the implicit-function derivative."""
     t1 = lax.stop_gradient(sol.ts[-1])
-    y1 = _frozen(jtu.tree_map(lambda x: x[-1], sol.ys))
+    y1 = frozen(jtu.tree_map(lambda x: x[-1], sol.ys))
     spec = flat_spec(y1, state_dtype(jtu.tree_leaves(y1)))
 
     complex_state = jnp.iscomplexobj(spec.ravel(y1))
     # A complex state is solved for as its real and imaginary parts: the field need not
     # be holomorphic.
-    to_real = _as_real if complex_state else (lambda z: z)
-    from_real = _as_complex if complex_state else (lambda x: x)
+    to_real = as_real if complex_state else (lambda z: z)
+    from_real = as_complex if complex_state else (lambda x: x)
 
     def field(x: jax.Array, term: ODETerm, a: PyTree) -> jax.Array:
         return to_real(spec.ravel(term.vf(t1, spec.unravel(from_real(x)), a)))
 
     flat = to_real(spec.ravel(y1))
-    jacobian = jax.jacfwd(field)(flat, *_frozen((terms, args)))
+    jacobian = jax.jacfwd(field)(flat, *frozen((terms, args)))
     correction = -jnp.linalg.solve(jacobian, field(flat, terms, args))
     shift = spec.unravel(from_real(_zero_carrying(correction)))
     ys = jtu.tree_map(lambda x, s: x.at[-1].add(s), sol.ys, shift)

@@ -63,3 +63,20 @@ def test_only_the_final_state_is_differentiated():
             FIELD, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, PARAMS,
             saveat=ode.SaveAt(ts=jnp.array([0.5, 1.0])), adjoint=ode.ImplicitAdjoint(),
         )  # fmt: skip
+
+
+def test_shared_parameters_nested_batches_and_forward_mode():
+    loss = lambda p, y0: jnp.sum(steady_state(p, y0) ** 2)
+    starts = jnp.array([[0.5, 2.0], [1.0, 1.5]])
+    expected = jax.grad(loss)(PARAMS, starts[0])
+    # vmap(grad) with the parameters shared: each sample's own gradient, not their sum.
+    shared = jax.vmap(jax.grad(loss), in_axes=(None, 0))(PARAMS, starts)
+    np.testing.assert_allclose(shared, np.stack([expected, expected]), rtol=1e-6)
+    nested = jax.vmap(jax.vmap(jax.grad(loss), in_axes=(None, 0)), in_axes=(None, 0))(
+        PARAMS, starts[None]
+    )
+    np.testing.assert_allclose(nested[0], shared, rtol=1e-10)
+    tangent = jax.jit(jax.jvp, static_argnums=0)(
+        lambda p: loss(p, starts[0]), (PARAMS,), (jnp.array([1.0, 0.0]),)
+    )[1]
+    np.testing.assert_allclose(tangent, expected[0], rtol=1e-8)

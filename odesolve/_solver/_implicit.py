@@ -204,19 +204,19 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
                 "one leave jacobian=None (df/dy is then taken of the real and imaginary parts)."
             )
         step = implicit_step(
-            self.tableau, self, _RealView(vf), t0, h, _as_real(y0), _as_real(k0), args,
+            self.tableau, self, _RealView(vf), t0, h, as_real(y0), as_real(k0), args,
             with_error, context,
         )  # fmt: skip
-        error = None if step.y_error is None else _as_complex(step.y_error)
-        ks = tuple(map(_as_complex, step.ks))
-        return Stages(_as_complex(step.y1), error, ks, step.failed)
+        error = None if step.y_error is None else as_complex(step.y_error)
+        ks = tuple(map(as_complex, step.ks))
+        return Stages(as_complex(step.y1), error, ks, step.failed)
 
 
-def _as_real(z: Array) -> Array:
+def as_real(z: Array) -> Array:
     return jnp.concatenate([jnp.real(z), jnp.imag(z)])
 
 
-def _as_complex(x: Array) -> Array:
+def as_complex(x: Array) -> Array:
     n = x.shape[0] // 2
     return lax.complex(x[:n], x[n:])
 
@@ -228,4 +228,4 @@ class _RealView(eqx.Module):
     vf: Callable
 
     def __call__(self, t: Float[Array, ""], x: PyTree, args: PyTree):
-        return _as_real(self.vf(t, _as_complex(x), args))
+        return as_real(self.vf(t, as_complex(x), args))
