@@ -50,6 +50,11 @@ from ._controller import (
 from ._controller import (
     rms_norm as rms_norm,
 )
+from ._discrete_event import (
+    AbstractDiscreteTerminatingEvent as AbstractDiscreteTerminatingEvent,
+)
+from ._discrete_event import DiscreteTerminatingEvent as DiscreteTerminatingEvent
+from ._discrete_event import SteadyStateEvent as SteadyStateEvent
 from ._event import Event as Event
 from ._integrate import diffeqsolve as diffeqsolve
 from ._progress_meter import (
@@ -129,6 +134,7 @@ from ._solver import (
 )
 from ._solver import Reversible as Reversible
 from ._solver import ReversibleHeun as ReversibleHeun
+from ._solver import SemiImplicitEuler as SemiImplicitEuler
 from ._solver import (
     Tsit5 as Tsit5,
 )

@@ -16,7 +16,7 @@ from jaxtyping import Array, Float
 
 from adjoints import ContinuousProblem, ForwardMode
 
-from ._controller.clip import ClipStepSizeController
+from ._controller.clip import unclipped
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._flat import PyTree
@@ -26,11 +26,10 @@ from ._term import ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
-    # One SubSaveAt is the same output as a SaveAt with its times.
-    single = saveat if saveat.subs is None else saveat.subs
+    single = saveat.subs
     if (
         saveat.dense
-        or not isinstance(single, (SaveAt, SubSaveAt))
+        or not isinstance(single, SubSaveAt)
         or single.steps
         or single.fn is not save_y
     ):
@@ -62,9 +61,7 @@ def adjoint_rms_seminorm(z: tuple) -> Array:
 
 def _backward_norm(adjoint, seminorm: bool):
     """A norm given to the backward solve's own controller, else the seminorm (or RMS)."""
-    own = adjoint.stepsize_controller
-    if isinstance(own, ClipStepSizeController):
-        own = own.controller
+    own = unclipped(adjoint.stepsize_controller)
     if isinstance(own, PIDController) and own.norm is not None:
         return own.norm
     return adjoint_rms_seminorm if seminorm else None
@@ -72,9 +69,7 @@ def _backward_norm(adjoint, seminorm: bool):
 
 def _backward_controller(adjoint, controller, seminorm):
     norm = _backward_norm(adjoint, seminorm)
-    controller = adjoint.stepsize_controller or controller
-    if isinstance(controller, ClipStepSizeController):
-        controller = controller.controller
+    controller = unclipped(adjoint.stepsize_controller or controller)
     if isinstance(controller, PIDController):
         # Save/jump times are in the forward solve's time; the backward solve does not
         # need them to land anywhere. The forward solve's norm is for its state alone.
@@ -97,6 +92,12 @@ def continuous_problem(
     array (the controller's tolerances, dt0) is read from the loop's `params` when
     needed, never closed over: the adjoint calls these functions in its backward pass,
     outside the forward pass's trace."""
+    if adjoint.solver is None and isinstance(solver.term_structure, tuple):
+        raise UnsupportedCombination(
+            f"BacksolveAdjoint() with solver={solver!r}: the adjoint system is not a pair "
+            "of terms, so it cannot be solved with this solver. Pass one for it, e.g. "
+            "BacksolveAdjoint(solver=Tsit5())."
+        )
 
     def integrate(field, theta, z0, t0: Float[Array, ""], t1: Float[Array, ""], seminorm, params):
         step = None if params.dt0 is None else -jnp.abs(params.dt0)

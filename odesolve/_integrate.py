@@ -22,11 +22,12 @@ from ._config import Config, Params, check_adaptive, static_times
 from ._continuous import check_supported, continuous_problem
 from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
+from ._discrete_event import AbstractDiscreteTerminatingEvent, as_event
 from ._event import Event, FlatConditions
 from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
-from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result
+from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result, UnsupportedCombination
 from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
@@ -55,6 +56,7 @@ def diffeqsolve(
     solver_state: None = None,
     controller_state: None = None,
     made_jump: None = None,
+    discrete_terminating_event: AbstractDiscreteTerminatingEvent | None = None,
 ) -> Solution:
     """Solve dy/dt = f(t, y, args) from t0 to t1 (Diffrax's signature, ODE subset).
 
@@ -75,6 +77,8 @@ def diffeqsolve(
       carrying its message); with False, check `sol.result`.
     - `progress_meter`: reports progress from t0 to t1 while solving:
       `NoProgressMeter()` (the default), `TextProgressMeter()` or `TqdmProgressMeter()`.
+    - `discrete_terminating_event`: Diffrax's deprecated form of a boolean `event`
+      (`DiscreteTerminatingEvent`); it warns, and is run as that `Event`.
     - `solver_state`, `controller_state`, `made_jump`: must be None. They are accepted
       for Diffrax's signature, but resuming a solve is not supported (`ValueError`).
     """
@@ -87,10 +91,12 @@ def diffeqsolve(
     )
     if adjoint.implicit:
         _steady_state_derivative.check_supported(saveat)
+    if discrete_terminating_event is not None:
+        event = as_event(discrete_terminating_event, event)
     if event is not None and not isinstance(event, Event):
         raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
     if event is not None and adjoint.continuous:
-        raise ValueError(
+        raise UnsupportedCombination(
             f"event=... cannot be combined with adjoint={type(adjoint).__name__}(): the "
             "continuous adjoint does not differentiate the event time. Use "
             "RecursiveCheckpointAdjoint() (the default) or DirectAdjoint()."
@@ -101,7 +107,10 @@ def diffeqsolve(
         ("made_jump", made_jump),
     ):
         if value is not None:
-            raise ValueError(f"{name}=...: resuming a solve is not supported; pass None.")
+            raise ValueError(
+                f"{name}=...: resuming a solve from a saved state is not supported; pass "
+                "None, and start the next solve from the last state (sol.ys) instead."
+            )
     if not jtu.tree_leaves(y0):
         terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
     if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
@@ -154,16 +163,14 @@ def _nothing_to_solve_for(empty: PyTree, event: Event | None, saveat: SaveAt):
     if event is not None:
         event = event.with_conditions([with_empty_state(c) for c in event.conditions])
 
-    def saving_nothing(sub: SaveAt | SubSaveAt) -> Any:
+    def saving_nothing(sub: SubSaveAt) -> Any:
         if sub.fn is save_y:
             fn = _save_nothing if empty is None else (lambda t, y, args: empty)
         else:
             fn = with_empty_state(sub.fn)
         return eqx.tree_at(lambda s: s.fn, sub, fn)
 
-    if saveat.subs is None:
-        saveat = saving_nothing(saveat)
-    else:
+    if saveat.subs is not None:
         subs = jtu.tree_map(saving_nothing, saveat.subs, is_leaf=lambda x: isinstance(x, SubSaveAt))
         saveat = eqx.tree_at(lambda s: s.subs, saveat, subs)
     return ODETerm(_no_change), jnp.zeros(0), event, saveat
@@ -306,5 +313,11 @@ def _finish(
         stats=stats,
         result=Result(final_result(config, params, final.result, t_end, y_end)),
         interpolation=dense,
+        solver_state=final.solver_state if saveat.solver_state else None,
+        controller_state=final.controller_state if saveat.controller_state else None,
+        # No jump times: no step can end on one (a Python False, as Diffrax's).
+        made_jump=(False if final.made_jump is None else final.made_jump)
+        if saveat.made_jump
+        else None,
         event_mask=event_mask,
     )

@@ -73,57 +73,78 @@ class SaveAt(eqx.Module):
     """Which times to save the solution at.
 
     - `t0`, `t1`, `ts`, `steps`, `fn`: as `SubSaveAt`; `sol.ts` is then an array of
-      shape (m,) and `sol.ys` a PyTree of `fn`'s output with a leading axis m.
+      shape (m,) and `sol.ys` a PyTree of `fn`'s output with a leading axis m. They are
+      held as one `SubSaveAt` in `subs`, as Diffrax holds them.
     - `subs`: instead of those, a PyTree of `SubSaveAt`s: several outputs from one
       solve, each with its own times and `fn`; `sol.ts` and `sol.ys` are PyTrees of the
       same structure.
     - `dense`: keep every step's interpolant so `sol.evaluate(t)` and `sol.derivative(t)`
       work anywhere in [t0, t1].
+    - `solver_state`, `controller_state`, `made_jump`: also return the solver's and the
+      controller's state and the jump flag at the end, as `sol.solver_state`,
+      `sol.controller_state` and `sol.made_jump` (the loop's own form of them, to look
+      at: `diffeqsolve` does not take them back to resume a solve).
     """
 
-    t0: bool = False
-    t1: bool = False
-    ts: Any = None
-    steps: bool | int = False
-    fn: Callable = save_y
-    subs: Any = None
-    dense: bool = False
+    subs: Any
+    dense: bool
+    solver_state: bool
+    controller_state: bool
+    made_jump: bool
 
-    def __check_init__(self) -> None:
-        own = self.t0 or self.t1 or self.ts is not None or self.steps or self.fn is not save_y
-        if self.subs is not None:
-            if own:
+    def __init__(
+        self,
+        *,
+        t0: bool = False,
+        t1: bool = False,
+        ts: ArrayLike | None = None,
+        steps: bool | int = False,
+        fn: Callable = save_y,
+        subs: Any = None,
+        dense: bool = False,
+        solver_state: bool = False,
+        controller_state: bool = False,
+        made_jump: bool = False,
+    ):
+        own = t0 or t1 or ts is not None or steps
+        if subs is not None:
+            if own or fn is not save_y:
                 raise ValueError(
                     "SaveAt(subs=...) cannot be combined with t0, t1, ts, steps or fn: put "
                     "those in the SubSaveAt(...)s."
                 )
-            subs = jtu.tree_leaves(self.subs, is_leaf=_is_sub)
-            if not subs or not all(isinstance(s, SubSaveAt) for s in subs):
-                raise ValueError(
-                    f"SaveAt(subs={self.subs!r}): pass a SubSaveAt or a PyTree of them."
-                )
-            return
-        if not (own or self.dense):
+            leaves = jtu.tree_leaves(subs, is_leaf=_is_sub)
+            if not leaves or not all(isinstance(s, SubSaveAt) for s in leaves):
+                raise ValueError(f"SaveAt(subs={subs!r}): pass a SubSaveAt or a PyTree of them.")
+        elif own:
+            _check_ts(ts, "SaveAt")
+            _check_steps(steps, "SaveAt")
+            subs = SubSaveAt(t0=t0, t1=t1, ts=ts, steps=steps, fn=fn)
+        elif fn is not save_y:
+            raise ValueError(
+                "SaveAt(fn=...) has no times to save at: pass t0=True, t1=True, ts=... or "
+                "steps=True with it."
+            )
+        elif not (dense or solver_state or controller_state or made_jump):
             raise ValueError(
                 "SaveAt() saves nothing: pass at least one of t0=True, t1=True, ts=..., "
                 "steps=True or dense=True."
             )
-        _check_ts(self.ts, "SaveAt")
-        _check_steps(self.steps, "SaveAt")
+        self.subs = subs
+        self.dense = dense
+        self.solver_state = solver_state
+        self.controller_state = controller_state
+        self.made_jump = made_jump
 
     @property
     def outputs(self) -> tuple[SubSaveAt, ...]:
         """Each output asked for, as a `SubSaveAt` (none for `SaveAt(dense=True)` alone)."""
-        if self.subs is not None:
-            return tuple(jtu.tree_leaves(self.subs, is_leaf=_is_sub))
-        if not (self.t0 or self.t1 or self.ts is not None or self.steps):
-            return ()
-        return (SubSaveAt(self.t0, self.t1, self.ts, self.steps, self.fn),)
+        return tuple(jtu.tree_leaves(self.subs, is_leaf=_is_sub))
 
     def arrange(self, per_output: list) -> Any:
-        """One value per output, arranged as `sol.ts`/`sol.ys` are: the value itself
-        without `subs`, else a PyTree of `subs`' structure (None with no outputs)."""
+        """One value per output, arranged as `sol.ts`/`sol.ys` are: a PyTree of `subs`'
+        structure (a single array for a single `SubSaveAt`; None with no outputs)."""
         if self.subs is None:
-            return per_output[0] if per_output else None
+            return None
         structure = jtu.tree_structure(self.subs, is_leaf=_is_sub)
         return jtu.tree_unflatten(structure, per_output)

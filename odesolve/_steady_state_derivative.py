@@ -17,7 +17,7 @@ from jax import lax
 
 from ._flat import PyTree, flat_spec, state_dtype
 from ._results import UnsupportedCombination
-from ._saveat import SaveAt, save_y
+from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import Solution
 from ._solver._chord import frozen
 from ._solver._implicit import as_complex, as_real
@@ -25,9 +25,10 @@ from ._term import ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
+    sub = saveat.subs
     only_t1 = (
-        saveat.t1 and not saveat.t0 and saveat.ts is None and not saveat.steps
-        and not saveat.dense and saveat.subs is None and saveat.fn is save_y
+        isinstance(sub, SubSaveAt) and sub.t1 and not sub.t0 and sub.ts is None
+        and not sub.steps and sub.fn is save_y and not saveat.dense
     )  # fmt: skip
     if not only_t1:
         raise UnsupportedCombination(

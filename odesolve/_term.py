@@ -53,3 +53,41 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
 
     def prod(self, vf: _VF, control: RealScalarLike) -> PyTree:
         return jtu.tree_map(lambda v: v * control, vf)
+
+
+class _Paired(eqx.Module):
+    # Two terms as one field on the pair (y_1, y_2): (f_1(t, y_2), f_2(t, y_1)), each
+    # part's rate from the other part (a partitioned system, e.g. positions and momenta).
+    first: AbstractTerm
+    second: AbstractTerm
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        y_1, y_2 = y
+        return (self.first.vf(t, y_2, args), self.second.vf(t, y_1, args))
+
+
+def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
+    """The `ODETerm` the step loop integrates. A solver of two terms
+    (`term_structure` a pair, `SemiImplicitEuler`) takes `(ODETerm(f_1), ODETerm(f_2))`
+    on a state `(y_1, y_2)`, with dy_1/dt = f_1(t, y_2) and dy_2/dt = f_2(t, y_1)."""
+    if not isinstance(term_structure, tuple):
+        if isinstance(terms, ODETerm):
+            return terms
+        pair = ""
+        if isinstance(terms, (tuple, list)):
+            pair = " A pair of terms is for a partitioned solver, SemiImplicitEuler()."
+        raise TypeError(
+            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.{pair}"
+        )
+    pair = isinstance(terms, (tuple, list)) and len(terms) == 2
+    if not (pair and all(isinstance(t, ODETerm) for t in terms)):
+        raise TypeError(
+            f"terms={terms!r}: this solver takes a pair (ODETerm(f_1), ODETerm(f_2)) for a "
+            "state (y_1, y_2), with dy_1/dt = f_1(t, y_2, args) and dy_2/dt = f_2(t, y_1, args)."
+        )
+    if not (isinstance(y0, (tuple, list)) and len(y0) == 2):
+        raise ValueError(
+            f"y0 of type {type(y0).__name__}: a pair of terms integrates a pair of states, "
+            "y0=(y_1, y_2)."
+        )
+    return ODETerm(_Paired(terms[0], terms[1]))

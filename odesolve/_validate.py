@@ -25,7 +25,7 @@ from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._base import AbstractSolver
-from ._term import ODETerm
+from ._term import ODETerm, as_one_term
 
 
 class Inputs(eqx.Module):
@@ -276,8 +276,7 @@ def _check_scalar_times(**times) -> None:
 def normalise_inputs(
     terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps, event=None
 ) -> Inputs:
-    if not isinstance(terms, ODETerm):
-        raise TypeError(f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.")
+    terms = as_one_term(terms, solver.term_structure, y0)
     _check_scalar_times(t0=t0, t1=t1, dt0=dt0)
     if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")

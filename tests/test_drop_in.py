@@ -402,3 +402,118 @@ def test_backsolve_takes_one_subsaveat_of_save_times():
     several = ode.SaveAt(subs=(ode.SubSaveAt(t1=True), ode.SubSaveAt(steps=True)))
     with pytest.raises(NotImplementedError, match="several subs"):
         loss(0.5, several, ode.BacksolveAdjoint())
+
+
+# ---------------------------------------------------------------- Diffrax's forms
+
+
+def test_saveat_holds_its_times_as_one_subsaveat():
+    ts = jnp.array([0.25, 0.5])
+    saveat = ode.SaveAt(t0=True, ts=ts)
+    assert isinstance(saveat.subs, ode.SubSaveAt)
+    assert saveat.subs.t0 and not saveat.subs.t1
+    np.testing.assert_array_equal(saveat.subs.ts, ts)
+    assert ode.SaveAt(dense=True).subs is None
+    # The same output as the SubSaveAt given explicitly.
+    run = lambda s: ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, saveat=s)
+    flat, sub = run(saveat), run(ode.SaveAt(subs=ode.SubSaveAt(t0=True, ts=ts)))
+    np.testing.assert_array_equal(flat.ts, sub.ts)
+    np.testing.assert_array_equal(flat.ys, sub.ys)
+    with pytest.raises(ValueError, match="fn"):
+        ode.SaveAt(fn=lambda t, y, args: y)
+    with pytest.raises(ValueError, match="subs"):
+        ode.SaveAt(t1=True, subs=ode.SubSaveAt(t0=True))
+
+
+@pytest.mark.parametrize("controller, dt0", [(ode.ConstantStepSize(), 0.1), (PID, None)])
+def test_saveat_returns_the_final_solver_and_controller_state(controller, dt0):
+    def run(**flags):
+        saveat = ode.SaveAt(t1=True, **flags)
+        return ode.diffeqsolve(
+            DECAY, ode.Tsit5(), 0.0, 1.0, dt0, Y0, saveat=saveat, stepsize_controller=controller
+        )
+
+    plain = run()
+    assert plain.solver_state is None and plain.controller_state is None
+    assert plain.made_jump is None
+    full = run(solver_state=True, controller_state=True, made_jump=True)
+    np.testing.assert_array_equal(full.ys, plain.ys)
+    # Tsit5 carries its last derivative (first same as last): f(t1, y1) = -y1.
+    np.testing.assert_allclose(full.solver_state, -full.ys[-1], rtol=1e-6)
+    assert full.controller_state is not None
+    assert full.made_jump is False  # no jump times: a Python False, as Diffrax's
+    jumped = ode.diffeqsolve(
+        DECAY, ode.Tsit5(), 0.0, 1.0, None, Y0, saveat=ode.SaveAt(t1=True, made_jump=True),
+        stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6, jump_ts=[0.5]),
+    )  # fmt: skip
+    assert jumped.made_jump.dtype == bool and not jumped.made_jump  # the last step did not
+    with pytest.raises(ValueError, match="resuming"):
+        ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, solver_state=full.solver_state)
+
+
+def test_a_wrapper_passes_for_the_solver_it_wraps():
+    assert isinstance(ode.HalfSolver(ode.Euler()), ode.Euler)
+    assert not isinstance(ode.HalfSolver(ode.Euler()), ode.Heun)
+    assert isinstance(ode.Reversible(ode.Tsit5()), ode.Tsit5)
+    # Not for abstract kinds: a step loop asks those of the wrapper itself.
+    assert not isinstance(ode.HalfSolver(ode.ReversibleHeun()), ode.AbstractReversibleSolver)
+    assert not isinstance(ode.HalfSolver(ode.Tsit5()), ode.AbstractRungeKutta)
+
+
+def test_a_pid_with_step_or_jump_times_is_a_clip_controller():
+    ts = jnp.array([3.0, 4.0])
+    assert not isinstance(PID, ode.ClipStepSizeController)
+    for pid in (
+        ode.PIDController(rtol=1e-4, atol=1e-6, step_ts=ts),
+        ode.PIDController(rtol=1e-4, atol=1e-6, jump_ts=ts),
+    ):
+        assert isinstance(pid, ode.ClipStepSizeController)
+        assert isinstance(pid, ode.PIDController)
+    # Backsolve's own controller is unwrapped to its PID, clipped or not.
+    grads = [
+        jax.grad(
+            lambda y0, c=c: jnp.sum(ode.diffeqsolve(
+                DECAY, ode.Tsit5(), 0.0, 1.0, None, y0, stepsize_controller=PID,
+                adjoint=ode.BacksolveAdjoint(stepsize_controller=c),
+            ).ys[-1])  # fmt: skip
+        )(Y0)
+        for c in (ode.PIDController(rtol=1e-6, atol=1e-6, step_ts=[0.5]),
+                  ode.ClipStepSizeController(ode.PIDController(rtol=1e-6, atol=1e-6)))
+    ]  # fmt: skip
+    for g in grads:
+        np.testing.assert_allclose(g, np.exp(-1.0) * np.ones(2), rtol=1e-5)
+
+
+def _after_ten(state, **kwargs):
+    return state.tprev > 10
+
+
+def test_a_discrete_terminating_event_is_a_boolean_event():
+    grow = ode.ODETerm(lambda t, y, args: y)
+    with pytest.warns(DeprecationWarning, match="discrete_terminating_event"):
+        sol = ode.diffeqsolve(
+            grow, ode.Tsit5(), 0, jnp.inf, 1, 1.0,
+            discrete_terminating_event=ode.DiscreteTerminatingEvent(_after_ten),
+        )  # fmt: skip
+    event = ode.diffeqsolve(
+        grow, ode.Tsit5(), 0, jnp.inf, 1, 1.0, event=ode.Event(lambda t, y, args, **kw: t > 10)
+    )
+    np.testing.assert_array_equal(sol.ts, event.ts)
+    np.testing.assert_array_equal(sol.ys, event.ys)
+    assert sol.ts[0] == 11 and sol.result == ode.RESULTS.event_occurred
+    with pytest.warns(DeprecationWarning):
+        steady = ode.diffeqsolve(
+            DECAY, ode.Tsit5(), 0, jnp.inf, None, Y0, stepsize_controller=PID,
+            discrete_terminating_event=ode.SteadyStateEvent(rtol=1e-4, atol=1e-4),
+        )  # fmt: skip
+    assert np.all(np.abs(steady.ys[-1]) < 1e-3)
+    with pytest.warns(DeprecationWarning), pytest.raises(NotImplementedError, match="event"):
+        ode.diffeqsolve(
+            grow, ode.Tsit5(), 0, jnp.inf, 1, 1.0, adjoint=ode.BacksolveAdjoint(),
+            discrete_terminating_event=ode.DiscreteTerminatingEvent(_after_ten),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="both"):
+        ode.diffeqsolve(
+            grow, ode.Tsit5(), 0, 1, 0.1, 1.0, event=ode.Event(lambda t, y, args, **kw: t > 10),
+            discrete_terminating_event=ode.DiscreteTerminatingEvent(_after_ten),
+        )  # fmt: skip

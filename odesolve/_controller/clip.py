@@ -17,9 +17,20 @@ from ._base import (
     signed_times,
     stops_before,
 )
+from .pid import PIDController
 
 
-class ClipStepSizeController(AbstractAdaptiveStepSizeController):
+class _AlsoClippedPID(type(AbstractAdaptiveStepSizeController)):  # type: ignore[misc]
+    # Diffrax 0.7 turns `PIDController(step_ts=..., jump_ts=...)` into this wrapper;
+    # ours clips within the PID, and passes `isinstance` as the wrapper it stands for.
+    def __instancecheck__(cls, instance: object) -> bool:
+        return super().__instancecheck__(instance) or (
+            isinstance(instance, PIDController)
+            and (instance.step_ts is not None or instance.jump_ts is not None)
+        )
+
+
+class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_AlsoClippedPID):
     """Wrap `controller` so that steps land on each of `step_ts`, and stop just before
     each of `jump_ts` (times where the vector field is discontinuous; the step after one
     starts just past it, with the field evaluated there again). As Diffrax's wrapper of
@@ -108,3 +119,10 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
         start = jnp.where(inner.accept, t1, t0)
         end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))
         return Proposal(inner.accept, end, inner.state, inner.result)
+
+
+def unclipped(controller: Any) -> Any:
+    """The controller inside any `ClipStepSizeController`s (a PID keeps its own times)."""
+    while type(controller) is ClipStepSizeController:
+        controller = controller.controller
+    return controller

@@ -23,7 +23,7 @@ from jaxtyping import Array, Bool, Float
 from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
-from .._term import AbstractTerm, ODETerm
+from .._term import AbstractTerm, ODETerm, as_one_term
 
 # A vector field on a flat state: f(t, y, args).
 Field = Callable[[Any, Any, Any], Any]
@@ -79,7 +79,23 @@ class StepResult(eqx.Module):
     failed: Bool[Array, ""] | None = None
 
 
-class AbstractSolver(eqx.Module):
+class _LooksThroughWrappers(type(eqx.Module)):  # type: ignore[misc]
+    # As in Diffrax, a wrapper passes for the solver it wraps: `HalfSolver(Euler())` is
+    # an `Euler`. Only for the final classes: asked of an abstract kind (reversible,
+    # Runge-Kutta), the answer is the wrapper's own, which is what the loop relies on.
+    def __instancecheck__(cls, instance: object) -> bool:
+        if super().__instancecheck__(instance):
+            return True
+        wrapped = getattr(instance, "solver", None)
+        return (
+            not cls.__name__.startswith("Abstract")
+            and isinstance(instance, AbstractSolver)
+            and getattr(type(instance), "wraps_solver", False)
+            and isinstance(wrapped, cls)
+        )
+
+
+class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     """A one-step method on the flat state. Subclasses are abstract or final.
 
     `term_structure`: the terms a solver takes, as Diffrax names it (one term here)."""
@@ -137,7 +153,7 @@ class AbstractSolver(eqx.Module):
         self, terms: ODETerm, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
     ) -> Any:
         """The solver state before the first step (opaque: pass it to `step`)."""
-        spec, field = _flat_problem(terms, y0, args)
+        spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
         t = jnp.asarray(t0)
         return self.start(field, t, y, field(t, y, args), args)
@@ -154,7 +170,7 @@ class AbstractSolver(eqx.Module):
     ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
-        spec, field = _flat_problem(terms, y0, args)
+        spec, field = _flat_problem(self.term_structure, terms, y0, args)
         t0 = jnp.asarray(t0)
         context = StepContext(None, jnp.ones((), t0.dtype), spec)
         out = self.advance(
@@ -177,7 +193,7 @@ class AbstractSolver(eqx.Module):
 
     def func(self, terms: ODETerm, t0: RealScalarLike, y0: PyTree, args: PyTree) -> Any:
         """The vector field at (t0, y0)."""
-        return terms.vf(t0, y0, args)
+        return as_one_term(terms, self.term_structure, y0).vf(t0, y0, args)
 
 
 class AbstractReversibleSolver(AbstractSolver):
@@ -204,7 +220,10 @@ class AbstractReversibleSolver(AbstractSolver):
         (y0, state0) it started from, and the step's dense vectors (as `advance` gave)."""
 
 
-def _flat_problem(terms: ODETerm, y0: PyTree, args: PyTree) -> tuple[FlatSpec, Field]:
+def _flat_problem(
+    term_structure: Any, terms: Any, y0: PyTree, args: PyTree
+) -> tuple[FlatSpec, Field]:
     """The field on the flat state, in the user's own time (direction +1)."""
-    spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
-    return spec, FlatField(terms, spec, 1)
+    leaves = [jnp.asarray(x) for x in jtu.tree_leaves(y0)]  # Python numbers too
+    spec = flat_spec(jtu.tree_unflatten(jtu.tree_structure(y0), leaves), state_dtype(leaves))
+    return spec, FlatField(as_one_term(terms, term_structure, y0), spec, 1)

@@ -1,6 +1,7 @@
 """Diffrax's names for kinds of solver, for code that asks `isinstance` of them."""
 
 import abc
+from typing import ClassVar
 
 import equinox as eqx
 
@@ -22,6 +23,8 @@ class AbstractAdaptiveSolver(metaclass=_HasErrorEstimate):
 
 
 class AbstractWrappedSolver(AbstractSolver):
-    """A solver built on another one, `solver` (`HalfSolver`, `Reversible`)."""
+    """A solver built on another one, `solver` (`HalfSolver`, `Reversible`). It passes
+    `isinstance` for the final class of the solver it wraps, as in Diffrax."""
 
+    wraps_solver: ClassVar[bool] = True
     solver: eqx.AbstractVar[AbstractSolver]

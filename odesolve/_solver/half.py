@@ -28,6 +28,10 @@ class HalfSolver(AbstractWrappedSolver):
 
     solver: AbstractSolver
 
+    @property
+    def term_structure(self) -> Any:  # type: ignore[override]
+        return self.solver.term_structure
+
     def order(self, terms: ODETerm | None = None) -> int:
         return self.solver.order(terms)
 
