@@ -27,12 +27,7 @@ from ._term import ODETerm
 
 def check_supported(saveat: SaveAt) -> None:
     single = saveat.subs
-    if (
-        saveat.dense
-        or not isinstance(single, SubSaveAt)
-        or single.steps
-        or single.fn is not save_y
-    ):
+    if saveat.dense or not isinstance(single, SubSaveAt) or single.steps or single.fn is not save_y:
         raise UnsupportedCombination(
             "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only (or one SubSaveAt "
             "of those), not steps, dense, fn or several subs: its backward solve restarts "

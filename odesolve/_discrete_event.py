@@ -82,8 +82,9 @@ class SteadyStateEvent(AbstractDiscreteTerminatingEvent):
     atol: float | None = None
     norm: Callable = rms_norm
 
-    def __call__(self, state: StepEnd, *, args: PyTree, **kwargs: Any) -> Any:
+    def __call__(self, state: StepEnd, **kwargs: Any) -> Any:
         steady = steady_state_event(self.rtol, self.atol, self.norm)
+        args = kwargs.pop("args")
         return steady(state.tprev, state.y, args, **kwargs)
 
 

@@ -79,8 +79,8 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
         raise TypeError(
             f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.{pair}"
         )
-    pair = isinstance(terms, (tuple, list)) and len(terms) == 2
-    if not (pair and all(isinstance(t, ODETerm) for t in terms)):
+    is_pair = isinstance(terms, (tuple, list)) and len(terms) == 2
+    if not (is_pair and all(isinstance(t, ODETerm) for t in terms)):
         raise TypeError(
             f"terms={terms!r}: this solver takes a pair (ODETerm(f_1), ODETerm(f_2)) for a "
             "state (y_1, y_2), with dy_1/dt = f_1(t, y_2, args) and dy_2/dt = f_2(t, y_1, args)."

@@ -97,14 +97,10 @@ def test_gradients_in_every_order(adjoint):
     grad = jax.grad(_loss)
     np.testing.assert_allclose(grad(2.0, Q0, adjoint), expected[1], rtol=1e-6)
     # vmap(grad), batched parameter and shared parameter with batched state.
-    np.testing.assert_allclose(
-        jax.vmap(lambda k: grad(k, Q0, adjoint))(ks), expected, rtol=1e-6
-    )
+    np.testing.assert_allclose(jax.vmap(lambda k: grad(k, Q0, adjoint))(ks), expected, rtol=1e-6)
     q0s = jnp.stack([Q0, 2 * Q0])
     shared = jax.vmap(lambda q0: grad(2.0, q0, adjoint))(q0s)
-    np.testing.assert_allclose(
-        shared, [_by_differences(2.0, q0) for q0 in q0s], rtol=1e-6
-    )
+    np.testing.assert_allclose(shared, [_by_differences(2.0, q0) for q0 in q0s], rtol=1e-6)
     # grad(vmap): the sum of the samples' gradients.
     summed = jax.grad(lambda k: jnp.sum(jax.vmap(lambda q0: _loss(k, q0, adjoint))(q0s)))(2.0)
     np.testing.assert_allclose(summed, np.sum(shared), rtol=1e-6)

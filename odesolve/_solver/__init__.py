@@ -33,8 +33,8 @@ from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .reversible import Reversible as Reversible
 from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .root_finder import VeryChord as VeryChord
-from .semi_implicit_euler import SemiImplicitEuler as SemiImplicitEuler
 from .root_finder import with_stepsize_controller_tols as with_stepsize_controller_tols
+from .semi_implicit_euler import SemiImplicitEuler as SemiImplicitEuler
 from .tsit5 import Tsit5 as Tsit5
 
 # Diffrax's names for the same bases.
