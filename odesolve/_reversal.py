@@ -21,7 +21,7 @@ from adjoints import Reversal
 
 from . import _step
 from ._config import Config, Params
-from ._solver._base import AbstractReversibleSolver
+from ._solver._base import AbstractReversibleSolver, StepContext
 
 
 def check_reversible(config: Config) -> AbstractReversibleSolver:
@@ -31,7 +31,7 @@ def check_reversible(config: Config) -> AbstractReversibleSolver:
         raise ValueError(
             f"adjoint=ReversibleAdjoint() needs a solver whose steps can be undone, not "
             f"{type(solver).__name__}(): wrap it, solver=Reversible({type(solver).__name__}"
-            "()), or use ReversibleHeun()."
+            "()), or use ReversibleHeun(), LeapfrogMidpoint() or SemiImplicitEuler()."
         )
     if config.jumps and not solver.reverses_jumps:
         raise ValueError(
@@ -49,6 +49,14 @@ def reversal(config: Config) -> Reversal:
     def undo(params: Params, after: _step.State, kept: _step.State) -> _step.State:
         return _undo_step(config, solver, params, after, kept)
 
+    def keep(state: _step.State) -> _step.State:
+        """The carry without its state vectors (of the solver's state, what it asks to
+        be kept); of the interpolation row, its start time."""
+        row = None if state.row is None else (state.row[0], None, None)
+        return dataclasses.replace(
+            state, y=None, solver_state=solver.kept(state.solver_state), row=row
+        )
+
     name = type(solver).__name__
     unstable = (
         f"ReversibleAdjoint: undoing the steps of {name} did not rebuild the initial state "
@@ -57,13 +65,7 @@ def reversal(config: Config) -> Reversal:
         "multiplies errors by about 1/coupling: pass Reversible(solver, coupling=1.0) or "
         "a coupling nearer 1, take fewer steps, or use RecursiveCheckpointAdjoint()."
     )
-    return Reversal(keep=_keep, restore=_restore, undo=undo, unstable=unstable)
-
-
-def _keep(state: _step.State) -> _step.State:
-    """The carry without its state vectors; of the interpolation row, its start time."""
-    row = None if state.row is None else (state.row[0], None, None)
-    return dataclasses.replace(state, y=None, solver_state=None, row=row)
+    return Reversal(keep=keep, restore=_restore, undo=undo, unstable=unstable)
 
 
 def _restore(after: _step.State, kept: _step.State) -> _step.State:
@@ -81,7 +83,10 @@ def _undo_step(
     """The carry before a step, from the carry after it and what was kept of it."""
     vf, args = params.vf, params.args
     t0, t1 = _step.times(config, kept.t, kept.t_next)
-    y, z, _ = solver.retreat(vf, t0, t1 - t0, after.y, after.solver_state, args)
+    y, z, _ = solver.retreat(
+        vf, t0, t1 - t0, after.y, after.solver_state, args, _context(config, params),
+        kept.solver_state,
+    )  # fmt: skip
     accepted = after.num_accepted > kept.num_accepted
     y, z = _tree_where(accepted, (y, z), (after.y, after.solver_state))
     row = None
@@ -105,11 +110,15 @@ def _previous_row(
     before) left a row no emit reads: it is rebuilt as (t, y, zeros)."""
     t0, t1 = _step.times(config, t_prev, t)
     h = t1 - t0
-    y0, _, dense = solver.retreat(params.vf, t0, h, y, z, params.args)
+    y0, _, dense = solver.retreat(params.vf, t0, h, y, z, params.args, _context(config, params))
     moved = h != 0
     y0 = jnp.where(moved, y0, y)
     dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)
     return (t_prev, y0, dense)
+
+
+def _context(config: Config, params: Params) -> StepContext:
+    return StepContext(params.controller.tolerances(), params.direction, config.spec)
 
 
 def _tree_where(pred: Array, new: PyTree, old: PyTree) -> PyTree:

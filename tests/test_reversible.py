@@ -44,6 +44,8 @@ CASES = [
     (ode.Reversible(ode.Dopri5(), coupling=0.99), ode.SaveAt(steps=True), PID),
     (ode.Reversible(ode.Bosh3()), ode.SaveAt(t1=True), ode.ConstantStepSize),
     (ode.ReversibleHeun(), ode.SaveAt(dense=True), lambda: ode.PIDController(rtol=1e-4, atol=1e-4)),
+    (ode.LeapfrogMidpoint(), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), ode.ConstantStepSize),
+    (ode.Reversible(ode.Kvaerno3()), ode.SaveAt(t1=True), PID),
 ]
 
 

@@ -110,6 +110,17 @@ def test_gradients_in_every_order(adjoint):
         np.testing.assert_allclose(tangent, expected[1], rtol=1e-6)
 
 
+def test_the_reversible_adjoint_undoes_its_steps():
+    saveat = ode.SaveAt(t0=True, ts=jnp.linspace(0.0, 1.0, 5), steps=True)
+
+    def loss(k, adjoint):
+        q, p = solve(k, saveat=saveat, adjoint=adjoint).ys
+        return jnp.sum(jnp.where(jnp.isfinite(q), q, 0) ** 2) + jnp.sum(p[-1])
+
+    expected = jax.grad(loss)(2.0, ode.DirectAdjoint())
+    np.testing.assert_allclose(jax.grad(loss)(2.0, ode.ReversibleAdjoint()), expected, rtol=1e-10)
+
+
 def test_backsolve_needs_a_solver_of_its_own():
     with pytest.raises(NotImplementedError, match="BacksolveAdjoint\\(solver="):
         jax.grad(_loss)(2.0, Q0, ode.BacksolveAdjoint())

@@ -206,6 +206,12 @@ class AbstractReversibleSolver(AbstractSolver):
 
     reverses_jumps: ClassVar[bool] = True
 
+    def kept(self, state: PyTree) -> PyTree:
+        """What of the state carried into a step the reverse sweep keeps for `retreat`,
+        as it keeps the step times: scalars that a step cannot be undone without (a
+        previous time). None by default: everything is rebuilt."""
+        return None
+
     @abc.abstractmethod
     def retreat(
         self,
@@ -215,9 +221,13 @@ class AbstractReversibleSolver(AbstractSolver):
         y1: Float[Array, " n"],
         state1: PyTree,
         args: PyTree,
+        context: StepContext | None = None,
+        kept: PyTree = None,
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
         """Undo the accepted step from t0 of size h that ended at (y1, state1): the
-        (y0, state0) it started from, and the step's dense vectors (as `advance` gave)."""
+        (y0, state0) it started from, and the step's dense vectors (as `advance` gave).
+        `context`: as `advance` is given it. `kept`: `self.kept(state0)`, or None when
+        only y0 and the dense vectors are wanted (state0 is then not read)."""
 
 
 def _flat_problem(

@@ -7,6 +7,10 @@ L. F. Shampine, "Stability of the leapfrog/midpoint method", Appl. Math. Comput.
 
 second order, one evaluation per step, no error estimate (fixed step sizes only). The
 first step, with no previous point, is Euler's. Dense output is linear.
+
+It is time-symmetric, so a step is undone exactly (in exact arithmetic) by the same
+formula: y_-1 = y1 - (t1 - t_-1) f(t0, y0), with (t0, y0) carried and t_-1, a time, kept
+by the reverse sweep as it keeps the step times. `ReversibleAdjoint` differentiates it so.
 """
 
 from typing import Any
@@ -15,13 +19,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree, in_state_dtype
-from ._base import Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._linear import AbstractLinearSecondOrder
 
 
-class LeapfrogMidpoint(AbstractLinearSecondOrder):
+class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
     """Leapfrog/midpoint (Diffrax's `LeapfrogMidpoint`): second order, one evaluation
-    per step, for fixed step sizes."""
+    per step, for fixed step sizes; reversible (`ReversibleAdjoint`)."""
 
     @property
     def adaptive(self) -> bool:
@@ -52,6 +56,29 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder):
         t_previous, y_previous = state
         t1 = t0 + h
         y1 = y_previous + in_state_dtype(t1 - t_previous, y0) * vf.at_start(t0, y0, args)
-        # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
-        slope = jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))
-        return StepResult(y1, None, (slope,), (t0, y0))
+        return StepResult(y1, None, (_slope(y0, y1, h),), (t0, y0))
+
+    def kept(self, state: PyTree) -> PyTree:
+        return state[0]  # the previous point's time
+
+    def retreat(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y1: Float[Array, " n"],
+        state1: PyTree,
+        args: PyTree,
+        context: StepContext | None = None,
+        kept: PyTree = None,
+    ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        _, y0 = state1
+        # Without `kept` only y0 and the slope are wanted: any time does for the rest.
+        t_previous = t0 if kept is None else kept
+        y_previous = y1 - in_state_dtype(t0 + h - t_previous, y0) * vf(t0, y0, args)
+        return y0, (t_previous, y_previous), (_slope(y0, y1, h),)
+
+
+def _slope(y0: Float[Array, " n"], y1: Float[Array, " n"], h: Float[Array, ""]) -> Any:
+    # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
+    return jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))

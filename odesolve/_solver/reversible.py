@@ -1,4 +1,4 @@
-"""Any explicit Runge-Kutta method made algebraically reversible.
+"""Any Runge-Kutta method, explicit or diagonally implicit, made algebraically reversible.
 
 S. McCallum and J. Foster, "Efficient, accurate and stable gradients for neural ODEs"
 (2024). With Psi_h(t, z) the increment of one step of the base method from (t, z), the
@@ -14,7 +14,8 @@ and a step is undone exactly (in exact arithmetic) by
 
 It keeps the base method's order. Each step costs two base steps (the base method's
 first-same-as-last derivative cannot be carried: the next step starts from z1, which no
-stage evaluated). The backward recursion is stable for lambda close to 1 wherever the
+stage evaluated). An implicit base method solves its stages to the same tolerances when a
+step is undone as when it was taken, so that the undoing repeats the same computation. The backward recursion is stable for lambda close to 1 wherever the
 base method is (the paper's analysis); lambda = 1 gives no damping of the two states'
 drift apart, a smaller lambda amplifies rounding by 1 / lambda per undone step.
 
@@ -32,25 +33,26 @@ from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._kinds import AbstractWrappedSolver
-from ._runge_kutta import AbstractRungeKutta, Stages, rk_stages
+from ._runge_kutta import AbstractRungeKutta, AbstractTableauMethod, Stages, rk_stages
 
 
 class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
-    """`Reversible(solver, coupling=0.999)`: the explicit Runge-Kutta `solver` (`Euler`,
-    `Heun`, `Midpoint`, `Ralston`, `Bosh3`, `Tsit5`, `Dopri5`, `Dopri8`) made
-    algebraically reversible, for `ReversibleAdjoint`: gradients in memory independent of
+    """`Reversible(solver, coupling=0.999)`: the Runge-Kutta `solver` (`Euler`, `Heun`,
+    `Midpoint`, `Ralston`, `Bosh3`, `Tsit5`, `Dopri5`, `Dopri8`, or the implicit
+    `ImplicitEuler`, `Kvaerno3`, `Kvaerno4`, `Kvaerno5`) made algebraically reversible, for `ReversibleAdjoint`: gradients in memory independent of
     the number of steps, at the base method's order, for twice its evaluations a step.
     `coupling` (lambda in (0, 1]) ties the two states together; values just below 1 keep
     the backward recursion stable."""
 
-    solver: AbstractRungeKutta
+    solver: AbstractTableauMethod
     coupling: float = eqx.field(default=0.999, static=True)
 
     def __check_init__(self):
-        if not isinstance(self.solver, AbstractRungeKutta):
+        if not isinstance(self.solver, AbstractTableauMethod):
             raise TypeError(
-                f"Reversible(solver={self.solver!r}): pass an explicit Runge-Kutta solver "
-                "(Euler, Heun, Midpoint, Ralston, Bosh3, Tsit5, Dopri5 or Dopri8)."
+                f"Reversible(solver={self.solver!r}): pass a Runge-Kutta solver (Euler, "
+                "Heun, Midpoint, Ralston, Bosh3, Tsit5, Dopri5, Dopri8, ImplicitEuler or "
+                "Kvaerno3/4/5)."
             )
         coupling = self.coupling
         if isinstance(coupling, bool) or not isinstance(coupling, (int, float)):
@@ -102,11 +104,15 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         context: StepContext | None,
     ) -> StepResult:
         z0 = state
-        ahead = self._base_step(vf.at_start, vf, t0, h, z0, args, with_error, True)
+        ahead = self._base_step(vf.at_start, vf, t0, h, z0, args, with_error, True, context)
         y1 = self.coupling * y0 + (1 - self.coupling) * z0 + (ahead.y1 - z0)
-        back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False)
+        back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False, context)
         z1 = z0 - (back.y1 - y1)
-        return StepResult(y1, ahead.y_error, self._dense(ahead, h, y0, z0), z1)
+        failed = None
+        if ahead.failed is not None and back.failed is not None:
+            failed = ahead.failed | back.failed
+        y_error = ahead.y_error if with_error else None
+        return StepResult(y1, y_error, self._dense(ahead, h, y0, z0), z1, failed)
 
     def retreat(
         self,
@@ -116,10 +122,12 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         y1: Float[Array, " n"],
         state1: PyTree,
         args: PyTree,
+        context: StepContext | None = None,
+        kept: PyTree = None,
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
-        back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False)
+        back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False, context)
         z0 = state1 + (back.y1 - y1)
-        ahead = self._base_step(vf, vf, t0, h, z0, args, False, True)
+        ahead = self._base_step(vf, vf, t0, h, z0, args, False, True, context)
         y0 = (y1 - (1 - self.coupling) * z0 - (ahead.y1 - z0)) / self.coupling
         return y0, z0, self._dense(ahead, h, y0, z0)
 
@@ -133,11 +141,17 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         args: PyTree,
         with_error: bool,
         dense: bool,
+        context: StepContext | None,
     ) -> Stages:
         """One step of the base method, its first stage by `start`. Without `dense`
         output (the backward step) a first-same-as-last last stage is not evaluated."""
         k0 = start(t0, y0, args)
-        return rk_stages(self.solver.tableau, vf, t0, h, y0, k0, args, with_error, dense)
+        if isinstance(self.solver, AbstractRungeKutta):
+            return rk_stages(self.solver.tableau, vf, t0, h, y0, k0, args, with_error, dense)
+        # Implicit stages: the forward step's Newton tolerances whether it is being taken
+        # or undone (with error control, the controller's), so that both solve alike.
+        controlled = dense and context is not None and context.tolerances is not None
+        return self.solver.stages(vf, t0, h, y0, k0, args, controlled, context)
 
     def _dense(
         self, ahead: Stages, h: Float[Array, ""], y0: Float[Array, " n"], z0: Float[Array, " n"]

@@ -77,6 +77,8 @@ class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
         y1: Float[Array, " n"],
         state1: PyTree,
         args: PyTree,
+        context: StepContext | None = None,
+        kept: PyTree = None,
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
         yhat1, f1 = state1
         hy = in_state_dtype(h, y1)

@@ -8,6 +8,11 @@ and momenta of a separable Hamiltonian system), one step is
 first order, explicit despite its name, and symplectic: energy errors stay bounded over
 long times where explicit Euler's grow (Hairer, Lubich & Wanner, *Geometric Numerical
 Integration*, sec. I.1.2). No error estimate (fixed steps, or wrap it in `HalfSolver`).
+A step is undone exactly (in exact arithmetic) in the reverse order,
+
+    y_2 = y_2' - h f_2(t0, y_1'),    y_1 = y_1' - h f_1(t0, y_2),
+
+so `ReversibleAdjoint` differentiates it without storing the solve.
 
 The two terms arrive as one field on the flat state (see `_term.as_one_term`), which
 returns both parts' rates; a step evaluates it twice and keeps the part it needs each
@@ -22,7 +27,7 @@ from jaxtyping import Array, Bool, Float
 
 from .._flat import FlatSpec, PyTree, in_state_dtype
 from .._term import AbstractTerm, ODETerm
-from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
 from ._linear import LINEAR
 
 
@@ -32,10 +37,11 @@ def first_part_size(spec: FlatSpec) -> int:
     return int(sum(int(np.prod(s)) for s in spec.shapes[:first]))
 
 
-class SemiImplicitEuler(AbstractSolver):
+class SemiImplicitEuler(AbstractReversibleSolver):
     """Semi-implicit Euler (Diffrax's `SemiImplicitEuler`): takes terms
     `(ODETerm(f_1), ODETerm(f_2))` and a state `(y_1, y_2)`, with dy_1/dt = f_1(t, y_2,
-    args) and dy_2/dt = f_2(t, y_1, args). First order, symplectic, fixed steps."""
+    args) and dy_2/dt = f_2(t, y_1, args). First order, symplectic, fixed steps;
+    reversible (`ReversibleAdjoint`)."""
 
     term_structure: ClassVar[Any] = (AbstractTerm, AbstractTerm)
 
@@ -83,6 +89,29 @@ class SemiImplicitEuler(AbstractSolver):
         # Its second part at (y_1', y_2) is f_2(t0, y_1'): y_2's step.
         y_2 = y0[n_1:] + dt * vf(t0, jnp.concatenate([y_1, y0[n_1:]]), args)[n_1:]
         y1 = jnp.concatenate([y_1, y_2])
-        # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
-        slope = jnp.where(h == 0, 0, (y1 - y0) / jnp.where(h == 0, 1, dt))
-        return StepResult(y1, None, (slope,), None)
+        return StepResult(y1, None, (_slope(y0, y1, h),), None)
+
+    def retreat(
+        self,
+        vf: Field,
+        t0: Float[Array, ""],
+        h: Float[Array, ""],
+        y1: Float[Array, " n"],
+        state1: PyTree,
+        args: PyTree,
+        context: StepContext | None = None,
+        kept: PyTree = None,
+    ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        assert context is not None and context.spec is not None  # the reverse sweep's
+        n_1 = first_part_size(context.spec)
+        dt = in_state_dtype(h, y1)
+        # The steps in reverse: y_2 from f_2(t0, y_1'), then y_1 from f_1(t0, y_2).
+        y_2 = y1[n_1:] - dt * vf(t0, y1, args)[n_1:]
+        y_1 = y1[:n_1] - dt * vf(t0, jnp.concatenate([y1[:n_1], y_2]), args)[:n_1]
+        y0 = jnp.concatenate([y_1, y_2])
+        return y0, None, (_slope(y0, y1, h),)
+
+
+def _slope(y0: Float[Array, " n"], y1: Float[Array, " n"], h: Float[Array, ""]) -> Any:
+    # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
+    return jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))
