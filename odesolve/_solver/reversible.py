@@ -15,9 +15,10 @@ and a step is undone exactly (in exact arithmetic) by
 It keeps the base method's order. Each step costs two base steps (the base method's
 first-same-as-last derivative cannot be carried: the next step starts from z1, which no
 stage evaluated). An implicit base method solves its stages to the same tolerances when a
-step is undone as when it was taken, so that the undoing repeats the same computation. The backward recursion is stable for lambda close to 1 wherever the
-base method is (the paper's analysis); lambda = 1 gives no damping of the two states'
-drift apart, a smaller lambda amplifies rounding by 1 / lambda per undone step.
+step is undone as when it was taken, so that the undoing repeats the same computation.
+The backward recursion is stable for lambda close to 1 wherever the base method is (the
+paper's analysis); lambda = 1 gives no damping of the two states' drift apart, a smaller
+lambda amplifies rounding by 1 / lambda per undone step.
 
 The error estimate is the base method's on its step from z0; dense output is the base
 method's interpolant from z0, shifted to start at y0 and end at y1.
@@ -39,8 +40,9 @@ from ._runge_kutta import AbstractRungeKutta, AbstractTableauMethod, Stages, rk_
 class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
     """`Reversible(solver, coupling=0.999)`: the Runge-Kutta `solver` (`Euler`, `Heun`,
     `Midpoint`, `Ralston`, `Bosh3`, `Tsit5`, `Dopri5`, `Dopri8`, or the implicit
-    `ImplicitEuler`, `Kvaerno3`, `Kvaerno4`, `Kvaerno5`) made algebraically reversible, for `ReversibleAdjoint`: gradients in memory independent of
-    the number of steps, at the base method's order, for twice its evaluations a step.
+    `ImplicitEuler`, `Kvaerno3`, `Kvaerno4`, `Kvaerno5`) made algebraically reversible,
+    for `ReversibleAdjoint`: gradients in memory independent of the number of steps, at
+    the base method's order, for twice its evaluations a step.
     `coupling` (lambda in (0, 1]) ties the two states together; values just below 1 keep
     the backward recursion stable."""
 
