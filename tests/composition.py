@@ -180,7 +180,9 @@ class Adjoint:
     # A continuous adjoint solves the adjoint ODE backwards: only for continuous fields.
     continuous: bool = False
     # The solver it differentiates (a key of SOLVERS); the reference uses the same one.
-    solver: str = "tsit5"
+    # Bosh3: three stages compile in about two thirds of Tsit5's time, and the sweeps
+    # are the same whatever the tableau.
+    solver: str = "bosh3"
 
 
 def _checkpointed(**kw):
@@ -201,6 +203,8 @@ ADJOINTS: dict[str, Adjoint] = {
         rtol=1e-5,
         events=False,
         continuous=True,
+        # The continuous adjoint matches the discrete gradient to the solver's accuracy.
+        solver="tsit5",
     ),
     "forward": Adjoint(lambda: ode.ForwardMode(), reverse=False, forward=True),
     # Exact but for rounding in the rebuilt states, which the solve amplifies.
@@ -208,8 +212,9 @@ ADJOINTS: dict[str, Adjoint] = {
 }
 
 SOLVERS: dict[str, Callable] = {
+    "bosh3": lambda: ode.Bosh3(),
     "tsit5": lambda: ode.Tsit5(),
-    "reversible": lambda: ode.Reversible(ode.Tsit5()),
+    "reversible": lambda: ode.Reversible(ode.Bosh3()),
 }
 
 
@@ -222,7 +227,7 @@ class Problem:
     params: str
     controller: str
     offline: bool  # save y(t1) only, as offline schedules need
-    solver: str = "tsit5"
+    solver: str = "bosh3"
 
     def solve(self, p, y0, adjoint):
         ctrl = CONTROLLERS[self.controller]
