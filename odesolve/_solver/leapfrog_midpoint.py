@@ -15,12 +15,11 @@ by the reverse sweep as it keeps the step times. `ReversibleAdjoint` differentia
 
 from typing import Any
 
-import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree, in_state_dtype
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
-from ._linear import AbstractLinearSecondOrder
+from ._linear import AbstractLinearSecondOrder, linear_slope
 
 
 class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
@@ -56,7 +55,7 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
         t_previous, y_previous = state
         t1 = t0 + h
         y1 = y_previous + in_state_dtype(t1 - t_previous, y0) * vf.at_start(t0, y0, args)
-        return StepResult(y1, None, (_slope(y0, y1, h),), (t0, y0))
+        return StepResult(y1, None, (linear_slope(y0, y1, h),), (t0, y0))
 
     def kept(self, state: PyTree) -> PyTree:
         return state[0]  # the previous point's time
@@ -76,9 +75,4 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
         # Without `kept` only y0 and the slope are wanted: any time does for the rest.
         t_previous = t0 if kept is None else kept
         y_previous = y1 - in_state_dtype(t0 + h - t_previous, y0) * vf(t0, y0, args)
-        return y0, (t_previous, y_previous), (_slope(y0, y1, h),)
-
-
-def _slope(y0: Float[Array, " n"], y1: Float[Array, " n"], h: Float[Array, ""]) -> Any:
-    # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
-    return jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))
+        return y0, (t_previous, y_previous), (linear_slope(y0, y1, h),)

@@ -28,7 +28,7 @@ from jaxtyping import Array, Bool, Float
 from .._flat import FlatSpec, PyTree, in_state_dtype
 from .._term import AbstractTerm, ODETerm
 from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
-from ._linear import LINEAR
+from ._linear import LINEAR, linear_slope
 
 
 def first_part_size(spec: FlatSpec) -> int:
@@ -89,7 +89,7 @@ class SemiImplicitEuler(AbstractReversibleSolver):
         # Its second part at (y_1', y_2) is f_2(t0, y_1'): y_2's step.
         y_2 = y0[n_1:] + dt * vf(t0, jnp.concatenate([y_1, y0[n_1:]]), args)[n_1:]
         y1 = jnp.concatenate([y_1, y_2])
-        return StepResult(y1, None, (_slope(y0, y1, h),), None)
+        return StepResult(y1, None, (linear_slope(y0, y1, h),), None)
 
     def retreat(
         self,
@@ -109,9 +109,4 @@ class SemiImplicitEuler(AbstractReversibleSolver):
         y_2 = y1[n_1:] - dt * vf(t0, y1, args)[n_1:]
         y_1 = y1[:n_1] - dt * vf(t0, jnp.concatenate([y1[:n_1], y_2]), args)[:n_1]
         y0 = jnp.concatenate([y_1, y_2])
-        return y0, None, (_slope(y0, y1, h),)
-
-
-def _slope(y0: Float[Array, " n"], y1: Float[Array, " n"], h: Float[Array, ""]) -> Any:
-    # Safe at h = 0 (a sample of a vmap batch that has finished): no NaN to mask.
-    return jnp.where(h == 0, 0, (y1 - y0) / in_state_dtype(jnp.where(h == 0, 1, h), y0))
+        return y0, None, (linear_slope(y0, y1, h),)
