@@ -469,6 +469,9 @@ def test_a_pid_with_step_or_jump_times_is_a_clip_controller():
     ):
         assert isinstance(pid, ode.ClipStepSizeController)
         assert isinstance(pid, ode.PIDController)
+    # The wrapper reads its controller's tolerances and norm, as Diffrax's.
+    clip = ode.ClipStepSizeController(PID, step_ts=ts)
+    assert (clip.rtol, clip.atol, clip.norm) == (PID.rtol, PID.atol, PID.norm)
     # Backsolve's own controller is unwrapped to its PID, clipped or not.
     grads = [
         jax.grad(

@@ -63,6 +63,19 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
             self.controller.wrap(direction), flip(self.step_ts), flip(self.jump_ts)
         )
 
+    # The wrapped controller's tolerances and norm, read through the wrapper as Diffrax's.
+    @property
+    def rtol(self) -> Any:
+        return self.controller.rtol  # type: ignore[attr-defined]
+
+    @property
+    def atol(self) -> Any:
+        return self.controller.atol  # type: ignore[attr-defined]
+
+    @property
+    def norm(self) -> Any:
+        return self.controller.norm  # type: ignore[attr-defined]
+
     @property
     def needs_error(self) -> bool:
         return self.controller.needs_error
