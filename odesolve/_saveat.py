@@ -120,15 +120,11 @@ class SaveAt(eqx.Module):
             _check_ts(ts, "SaveAt")
             _check_steps(steps, "SaveAt")
             subs = SubSaveAt(t0=t0, t1=t1, ts=ts, steps=steps, fn=fn)
-        elif fn is not save_y:
-            raise ValueError(
-                "SaveAt(fn=...) has no times to save at: pass t0=True, t1=True, ts=... or "
-                "steps=True with it."
-            )
         elif not (dense or solver_state or controller_state or made_jump):
+            # (With dense output alone, as in Diffrax, an `fn` has no times to apply to.)
             raise ValueError(
                 "SaveAt() saves nothing: pass at least one of t0=True, t1=True, ts=..., "
-                "steps=True or dense=True."
+                "steps=True or dense=True (fn=... applies to the times saved)."
             )
         self.subs = subs
         self.dense = dense
