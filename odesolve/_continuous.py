@@ -27,11 +27,19 @@ from ._term import ODETerm
 
 def check_supported(saveat: SaveAt) -> None:
     single = saveat.subs
-    if saveat.dense or not isinstance(single, SubSaveAt) or single.steps or single.fn is not save_y:
+    if (
+        saveat.dense
+        or saveat.solver_state
+        or saveat.controller_state
+        or not isinstance(single, SubSaveAt)
+        or single.steps
+        or single.fn is not save_y
+    ):
         raise UnsupportedCombination(
             "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only (or one SubSaveAt "
-            "of those), not steps, dense, fn or several subs: its backward solve restarts "
-            "from the saved states. Use RecursiveCheckpointAdjoint() (the default) for those."
+            "of those), not steps, dense, fn, several subs or the solver's or controller's "
+            "state: its backward solve restarts from the saved states, and differentiates "
+            "nothing else. Use RecursiveCheckpointAdjoint() (the default) for those."
         )
 
 

@@ -29,6 +29,7 @@ def check_supported(saveat: SaveAt) -> None:
     only_t1 = (
         isinstance(sub, SubSaveAt) and sub.t1 and not sub.t0 and sub.ts is None
         and not sub.steps and sub.fn is save_y and not saveat.dense
+        and not saveat.solver_state and not saveat.controller_state
     )  # fmt: skip
     if not only_t1:
         raise UnsupportedCombination(

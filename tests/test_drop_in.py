@@ -448,6 +448,28 @@ def test_saveat_returns_the_final_solver_and_controller_state(controller, dt0):
         stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6, jump_ts=[0.5]),
     )  # fmt: skip
     assert jumped.made_jump.dtype == bool and not jumped.made_jump  # the last step did not
+    # Differentiated where the adjoint differentiates the loop; refused where it cannot.
+    loss = lambda a, adjoint: jnp.sum(
+        ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -a * y),
+            ode.Tsit5(),
+            0.0,
+            1.0,
+            dt0,
+            Y0,
+            a,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            saveat=ode.SaveAt(t1=True, solver_state=True),
+        ).solver_state  # fmt: skip
+    )
+    by_differences = (
+        loss(2.0 + 1e-6, ode.DirectAdjoint()) - loss(2.0 - 1e-6, ode.DirectAdjoint())
+    ) / 2e-6
+    for adjoint in (ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()):
+        np.testing.assert_allclose(jax.grad(loss)(2.0, adjoint), by_differences, rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="state"):
+        jax.grad(loss)(2.0, ode.BacksolveAdjoint())
     with pytest.raises(ValueError, match="resuming"):
         ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, solver_state=full.solver_state)
 
