@@ -52,6 +52,8 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     - `invalid_step_times`: `StepTo(ts)` does not run strictly from t0 to t1.
     - `nonlinear_divergence`: an implicit solver's Newton iterations failed on a fixed
       step.
+    - `too_many_rejected_steps`: more steps were rejected in a row than
+      `ClipStepSizeController(store_rejected_steps=n)` remembers.
 
     `RESULTS["max_steps_reached"]` is the member, and `RESULTS[code]` for a code such as
     `sol.result` is its message (as in Diffrax), also `RESULTS.x.message`. Test a code,
@@ -70,6 +72,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     nonfinite_times = 9
     invalid_step_times = 10
     nonlinear_divergence = 11
+    too_many_rejected_steps = 12
 
     @property
     def message(self) -> str:
@@ -127,6 +130,10 @@ _MESSAGES = {
         "t0 or t1 is NaN or inf. t1 may be inf only when an Event ends the solve."
     ),
     RESULTS.event_occurred: "The solve stopped because an event occurred.",
+    RESULTS.too_many_rejected_steps: (
+        "More steps were rejected in a row than ClipStepSizeController(store_rejected_steps"
+        "=n) remembers. Pass a larger n, or None: an ODE needs none."
+    ),
 }
 
 

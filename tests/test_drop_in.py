@@ -543,3 +543,38 @@ def test_a_discrete_terminating_event_is_a_boolean_event():
             grow, ode.Tsit5(), 0, 1, 0.1, 1.0, event=ode.Event(lambda t, y, args, **kw: t > 10),
             discrete_terminating_event=ode.DiscreteTerminatingEvent(_after_ten),
         )  # fmt: skip
+
+
+def test_rejected_steps_are_stored_and_landed_on():
+    field = ode.ODETerm(lambda t, y, a: -a * (y - jnp.cos(t)))
+
+    def solve(store, a=50.0, adjoint=ode.RecursiveCheckpointAdjoint()):
+        controller = ode.ClipStepSizeController(
+            ode.PIDController(rtol=1e-6, atol=1e-6), store_rejected_steps=store
+        )
+        return ode.diffeqsolve(
+            field, ode.Tsit5(), 0.0, 3.0, 1.0, 0.0, a, stepsize_controller=controller,
+            saveat=ode.SaveAt(steps=True), adjoint=adjoint, throw=False, max_steps=512,
+        )  # fmt: skip
+
+    plain, stored = solve(None), solve(100)
+    assert stored.result == ode.RESULTS.successful
+    last = lambda sol: sol.ys[sol.stats["num_accepted_steps"] - 1]
+    np.testing.assert_allclose(last(stored), last(plain), atol=1e-5)
+    # The first step (dt0 = 1) is rejected: a later step ends exactly where it would have.
+    assert np.any(stored.ts == 1.0) and not np.any(plain.ts == 1.0)
+    assert solve(3).result == ode.RESULTS.too_many_rejected_steps
+
+    # Gradients through the stored times, as the direct adjoint's.
+    def loss(a, adjoint):
+        ys = solve(100, a, adjoint).ys
+        return jnp.sum(jnp.where(jnp.isfinite(ys), ys, 0.0))
+
+    np.testing.assert_allclose(
+        jax.grad(loss)(50.0, ode.RecursiveCheckpointAdjoint()),
+        jax.grad(loss)(50.0, ode.DirectAdjoint()),
+        rtol=1e-8,
+    )
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="store_rejected_steps"):
+            ode.ClipStepSizeController(PID, store_rejected_steps=bad)

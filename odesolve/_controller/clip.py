@@ -2,12 +2,14 @@
 
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
 from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._results import RESULTS
 from .._solver._base import Field
 from ._base import (
     AbstractAdaptiveStepSizeController,
@@ -35,17 +37,32 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
     each of `jump_ts` (times where the vector field is discontinuous; the step after one
     starts just past it, with the field evaluated there again). As Diffrax's wrapper of
     the same name; `PIDController(step_ts=..., jump_ts=...)` is the same for a PID.
+
+    `store_rejected_steps`: None, or n >= 1 to remember where rejected steps would have
+    ended and land a later step on each of those times exactly, as Diffrax does (it
+    matters for SDEs, whose Brownian path must be sampled consistently; for an ODE it
+    only adds steps). More than n rejections in a row end the solve with
+    `RESULTS.too_many_rejected_steps`.
     """
 
     controller: AbstractStepSizeController
     step_ts: Any = None
     jump_ts: Any = None
+    store_rejected_steps: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.controller, AbstractStepSizeController):
             raise TypeError(
                 f"ClipStepSizeController(controller={self.controller!r}): pass a step-size "
                 "controller, e.g. PIDController(rtol=1e-6, atol=1e-6)."
+            )
+        stored = self.store_rejected_steps
+        if stored is not None and (
+            isinstance(stored, bool) or not isinstance(stored, (int, np.integer)) or stored < 1
+        ):
+            raise ValueError(
+                f"ClipStepSizeController(store_rejected_steps={stored!r}): pass None or an "
+                "int >= 1, the most rejections in a row to remember (e.g. 100)."
             )
         for name in ("step_ts", "jump_ts"):
             ts = getattr(self, name)
@@ -60,7 +77,10 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
             return None if ts is None else jnp.sort(signed_times(ts, direction))
 
         return ClipStepSizeController(
-            self.controller.wrap(direction), flip(self.step_ts), flip(self.jump_ts)
+            self.controller.wrap(direction),
+            flip(self.step_ts),
+            flip(self.jump_ts),
+            self.store_rejected_steps,
         )
 
     # The wrapped controller's tolerances and norm, read through the wrapper as Diffrax's.
@@ -84,7 +104,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
         return self.controller.tolerances()
 
     def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
-        if self.step_ts is not None or self.jump_ts is not None:
+        if self.step_ts is not None or self.jump_ts is not None or self.store_rejected_steps:
             return None  # clipping adds steps
         return self.controller.num_steps(t0, t1, dt0)
 
@@ -115,7 +135,12 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
         spec: FlatSpec,
     ):
         end, state = self.controller.start(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
-        return clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts)), state
+        end = clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts))
+        if self.store_rejected_steps is None:
+            return end, state
+        # Where rejected steps would have ended, ascending; inf marks a free slot.
+        rejected = jnp.full((self.store_rejected_steps,), jnp.inf, jnp.result_type(t0))
+        return end, (state, rejected)
 
     def adapt(
         self,
@@ -128,10 +153,30 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
         error_order: int,
         spec: FlatSpec,
     ):
+        rejected = None
+        if self.store_rejected_steps is not None:
+            state, rejected = state
         inner = self.controller.adapt(t0, t1, y0, y1, y_error, state, error_order, spec)
         start = jnp.where(inner.accept, t1, t0)
         end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))
-        return Proposal(inner.accept, end, inner.state, inner.result)
+        if rejected is None:
+            return Proposal(inner.accept, end, inner.state, inner.result)
+        rejected, result = _remember(rejected, inner.accept, t1, inner.result)
+        end = clip_to_times(start, end, rejected, None)
+        return Proposal(inner.accept, end, (inner.state, rejected), result)
+
+
+def _remember(
+    rejected: Float[Array, " n"], accept: Any, t1: Float[Array, ""], result: Any
+) -> tuple[Float[Array, " n"], Any]:
+    """The stored ends of rejected steps after a step to t1: an accepted step reached
+    those up to t1 (they are forgotten), a rejected one adds t1. A full store fails."""
+    reached = jnp.where(rejected <= t1, jnp.inf, rejected)
+    full = jnp.isfinite(rejected[-1])
+    added = jnp.sort(rejected.at[-1].set(t1))
+    rejected = jnp.where(accept, jnp.sort(reached), added)
+    overflow = ~accept & full
+    return rejected, jnp.where(overflow, RESULTS.too_many_rejected_steps.value, result)
 
 
 def unclipped(controller: Any) -> Any:
