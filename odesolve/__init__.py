@@ -142,6 +142,7 @@ from ._solver import VeryChord as VeryChord
 from ._solver import with_stepsize_controller_tols as with_stepsize_controller_tols
 from ._steady_state import steady_state_event as steady_state_event
 from ._term import AbstractTerm as AbstractTerm
+from ._term import MultiTerm as MultiTerm
 from ._term import ODETerm as ODETerm
 
 __version__ = "0.1.0"

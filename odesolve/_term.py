@@ -11,6 +11,7 @@ from ._flat import PyTree, RealScalarLike
 
 _VF = TypeVar("_VF")
 _Control = TypeVar("_Control")
+_Terms = TypeVar("_Terms")
 
 
 class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
@@ -55,6 +56,63 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
         return jtu.tree_map(lambda v: v * control, vf)
 
 
+class MultiTerm(AbstractTerm[tuple, tuple], Generic[_Terms]):
+    """Several terms of one equation, added: `MultiTerm(ODETerm(f), ODETerm(g))` solves
+    dy/dt = f(t, y, args) + g(t, y, args), as Diffrax's class of that name does for ODE
+    terms (a field split into parts, e.g. a model and a forcing written apart).
+    `MultiTerm[tuple[...]]` names the terms' types, as in Diffrax."""
+
+    terms: tuple[AbstractTerm, ...]
+
+    def __init__(self, *terms: AbstractTerm):
+        if not terms or not all(isinstance(term, AbstractTerm) for term in terms):
+            raise TypeError(
+                f"MultiTerm{terms!r}: pass one or more terms, e.g. MultiTerm(ODETerm(f), "
+                "ODETerm(g)) for dy/dt = f + g."
+            )
+        self.terms = terms
+
+    def vf(self, t: RealScalarLike, y: PyTree, args: PyTree) -> tuple:
+        return tuple(term.vf(t, y, args) for term in self.terms)
+
+    def contr(self, t0: RealScalarLike, t1: RealScalarLike) -> tuple:
+        return tuple(term.contr(t0, t1) for term in self.terms)
+
+    def prod(self, vf: tuple, control: tuple) -> PyTree:
+        parts = [term.prod(v, c) for term, v, c in zip(self.terms, vf, control)]
+        return jtu.tree_map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
+
+
+class _Summed(eqx.Module):
+    # The ODE terms of a MultiTerm as one field: the sum of their rates.
+    terms: tuple[ODETerm, ...]
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        rates = [term.vf(t, y, args) for term in self.terms]
+        return jtu.tree_map(lambda *leaves: sum(leaves[1:], leaves[0]), *rates)
+
+
+def _ode_terms(term: AbstractTerm) -> tuple[ODETerm, ...] | None:
+    """The ODE terms a term adds up (None if some part of it is not an ODETerm)."""
+    if isinstance(term, ODETerm):
+        return (term,)
+    if isinstance(term, MultiTerm):
+        parts = [_ode_terms(t) for t in term.terms]
+        if all(p is not None for p in parts):
+            return tuple(t for p in parts for t in p)  # type: ignore[union-attr]
+    return None
+
+
+def _as_ode_term(terms: Any) -> "ODETerm | None":
+    """An ODETerm, or a MultiTerm of ODETerms as one (None for anything else)."""
+    if isinstance(terms, ODETerm):
+        return terms
+    parts = _ode_terms(terms) if isinstance(terms, MultiTerm) else None
+    if parts is None:
+        return None
+    return parts[0] if len(parts) == 1 else ODETerm(_Summed(parts))
+
+
 class _Paired(eqx.Module):
     # Two terms as one field on the pair (y_1, y_2): (f_1(t, y_2), f_2(t, y_1)), each
     # part's rate from the other part (a partitioned system, e.g. positions and momenta).
@@ -71,15 +129,19 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
     (`term_structure` a pair, `SemiImplicitEuler`) takes `(ODETerm(f_1), ODETerm(f_2))`
     on a state `(y_1, y_2)`, with dy_1/dt = f_1(t, y_2) and dy_2/dt = f_2(t, y_1)."""
     if not isinstance(term_structure, tuple):
-        if isinstance(terms, ODETerm):
-            return terms
+        one = _as_ode_term(terms)
+        if one is not None:
+            return one
         pair = ""
         if isinstance(terms, (tuple, list)):
             pair = " A pair of terms is for a partitioned solver, SemiImplicitEuler()."
         raise TypeError(
-            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt.{pair}"
+            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt (or a "
+            f"MultiTerm of ODETerms, whose rates add).{pair}"
         )
     is_pair = isinstance(terms, (tuple, list)) and len(terms) == 2
+    if is_pair:
+        terms = tuple(_as_ode_term(t) for t in terms)
     if not (is_pair and all(isinstance(t, ODETerm) for t in terms)):
         raise TypeError(
             f"terms={terms!r}: this solver takes a pair (ODETerm(f_1), ODETerm(f_2)) for a "
