@@ -124,6 +124,29 @@ def test_the_root_finders_tolerances_are_used():
     assert np.max(np.abs(loose - default)) > 1e-9
 
 
+def test_very_chord_is_an_optimistix_root_finder_of_its_own():
+    optx = pytest.importorskip("optimistix")
+    solver = ode.VeryChord(rtol=1e-8, atol=1e-8)
+    pair = lambda x, args: (x[0] - x[1] ** 3, jnp.sin(x[1]) + x[1] - args)  # root: sin b + b = a
+    x0 = (jnp.array(1.0), jnp.array(0.2))
+    sol = optx.root_find(pair, solver, x0, 0.5, max_steps=100)
+    assert sol.result == optx.RESULTS.successful
+    np.testing.assert_allclose(pair(sol.value, 0.5), (0.0, 0.0), atol=1e-8)
+    # A state's factorised Jacobian is reused through options, as Diffrax's tests do.
+    state = optx.root_find(pair, solver, x0, 0.5, max_steps=0, throw=False).state
+    again = optx.root_find(pair, solver, x0, 0.5, max_steps=100, options=dict(init_state=state))
+    np.testing.assert_allclose(again.value, sol.value, rtol=1e-8)
+    # Its derivative (optimistix's implicit function theorem): db/da = 1 / (cos b + 1).
+    root = lambda a: optx.root_find(pair, solver, x0, a).value[1]
+    b = root(0.5)
+    np.testing.assert_allclose(jax.grad(root)(0.5), 1 / (jnp.cos(b) + 1), rtol=1e-8)
+    # No real root: divergence is reported, not a wrong value.
+    none = optx.root_find(lambda x, args: x**2 + 1, solver, jnp.array(0.5), throw=False)
+    assert none.result == optx.RESULTS.nonlinear_divergence
+    with pytest.raises(ValueError, match=r"VeryChord\(rtol=1e-8, atol=1e-8\)"):
+        optx.root_find(pair, ode.VeryChord(), x0, 0.5)
+
+
 # ---------------------------------------------------------------- RESULTS
 
 

@@ -4,7 +4,8 @@ Implicit solvers here always solve their stages by chord iterations (see `_impli
 a root finder passed as `Kvaerno5(root_finder=...)` only sets when those iterations stop:
 its `rtol` and `atol` (and `kappa`, where it has one). Diffrax's `VeryChord` and
 optimistix's root finders (`optx.Chord`, `optx.Newton`, which carry `rtol` and `atol`)
-are read the same way.
+are read the same way. `VeryChord` is also a root finder of its own for
+`optx.root_find` (see `_chord_root_find`).
 """
 
 from collections.abc import Callable
@@ -12,7 +13,9 @@ from typing import Any
 
 import equinox as eqx
 
+from .._flat import PyTree
 from .._norm import rms_norm
+from . import _chord_root_find as chord
 
 
 class _ControllerTolerance:
@@ -35,7 +38,11 @@ class VeryChord(eqx.Module):
     """Newton tolerances for an implicit solver, as Diffrax's `VeryChord`: iterate until
     the estimated error of a stage is below `kappa * (atol + rtol * |y|)`. Left out (or
     None): the step-size controller's. `norm` is accepted for Diffrax's signature; the
-    error is measured in the RMS norm."""
+    error is measured in the RMS norm.
+
+    With tolerances set, it is also an optimistix root finder, as Diffrax's is:
+    `optx.root_find(fn, VeryChord(rtol=1e-8, atol=1e-8), y0)` runs chord iterations
+    (the Jacobian at y0, factorised once), in `norm`."""
 
     rtol: Any = use_stepsize_tol
     atol: Any = use_stepsize_tol
@@ -48,6 +55,25 @@ class VeryChord(eqx.Module):
                 f"VeryChord(rtol={self.rtol}, atol={self.atol}): pass both or neither "
                 "(neither: the step-size controller's)."
             )
+
+    # The optimistix root-finder protocol (init, step, terminate, postprocess).
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags) -> chord.ChordState:
+        if _unset(self.rtol):
+            raise ValueError(
+                "VeryChord() as a root finder of its own has no tolerances: pass them, "
+                "e.g. VeryChord(rtol=1e-8, atol=1e-8)."
+            )
+        return chord.init(fn, y, args, options)
+
+    def step(self, fn, y, args, options, state, tags) -> tuple[PyTree, chord.ChordState, Any]:
+        return chord.step(fn, y, args, state, self.rtol, self.atol, self.norm)
+
+    def terminate(self, fn, y, args, options, state, tags) -> tuple[Any, Any]:
+        return chord.stops(state, self.kappa)
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result) -> tuple:
+        return y, aux, {}
 
 
 def with_stepsize_controller_tols(cls: type) -> Callable[..., Any]:
