@@ -212,7 +212,7 @@ def _solve(
     # The solver works in at least float32 (a float16 state's error norm and stages would
     # lose most of their digits); the field still sees each leaf in its own dtype.
     spec = flat_spec(y0, state_dtype(jtu.tree_leaves(y0)))
-    meter_key, meter_last = meter.init() if meter.active else (0, None)
+    meter_key, meter_last = meter.init(time_dtype) if meter.active else (0, None)
     check_adaptive(solver, controller)
     config = Config(
         solver=solver,

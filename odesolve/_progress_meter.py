@@ -48,17 +48,19 @@ class AbstractProgressMeter(eqx.Module):
     ) -> Any:
         """Whether to report now."""
 
-    def init(self) -> Any:
-        """Open the meter (a host callback); returns the progress already reported."""
+    def init(self, dtype: Any) -> Any:
+        """Open the meter (a host callback); returns the progress already reported, in
+        `dtype`, the time's: reports fall due as Diffrax's do, not a step early where a
+        float32 progress would round up to the next `minimum_increase`."""
         key = next(_counter)
 
         def start():
             self._start(key)
-            return np.zeros((), np.float32)
+            return np.zeros((), dtype)
 
         # A value-returning callback: the loop's first `last` depends on it, which orders
         # the bar's creation before its updates.
-        last = jax.pure_callback(start, jax.ShapeDtypeStruct((), jnp.float32))
+        last = jax.pure_callback(start, jax.ShapeDtypeStruct((), dtype))
         return key, last
 
     def step(
@@ -81,7 +83,7 @@ class AbstractProgressMeter(eqx.Module):
         # report is the largest `last` in the batch: a sample that has finished keeps the
         # `last` it had then, older than the running samples' (the minimum would make
         # every later step look due).
-        progress = lax.stop_gradient(progress.astype(jnp.float32))
+        progress = lax.stop_gradient(progress.astype(last.dtype))
         progress = -eqxi.unvmap_max(-progress)
         last = eqxi.unvmap_max(lax.stop_gradient(last))
         return lax.cond(self.due(progress, last, num_steps), report, lambda _: last, progress)

@@ -560,6 +560,18 @@ def test_text_progress_meter_reports_to_stdout(capfd):
     np.testing.assert_allclose(sol.ys[0], np.exp(-1.0), rtol=1e-9)
 
 
+def test_text_progress_meter_reports_when_due_in_the_time_dtype(capfd):
+    # After 30 steps of 0.01 on [2, 5] the progress is 0.0999...: not yet the 10% due (it
+    # would be, rounded to float32). As Diffrax, the first report comes a step later.
+    ode.diffeqsolve(
+        ode.ODETerm(decay), ode.Euler(), 2.0, 5.0, 0.01, jnp.asarray(1.0), jnp.asarray(1.0),
+        progress_meter=ode.TextProgressMeter(minimum_increase=0.1),
+    )  # fmt: skip
+    jax.effects_barrier()
+    lines = capfd.readouterr().out.split()
+    assert lines[:3] == ["0.00%", "10.33%", "20.67%"], lines
+
+
 def test_tqdm_progress_meter_runs(capfd):
     sol = ode.diffeqsolve(
         ode.ODETerm(decay),
