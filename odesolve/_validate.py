@@ -166,7 +166,9 @@ def _traced_vector_field(terms, t0, y0, args):
         traced = trace_once(terms.vf, t0, y0, args)
     except TypeError as e:
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
-    out, expected = traced.out_struct, jax.eval_shape(lambda: y0)
+    # y0's shapes read off its arrays: `jax.eval_shape` would trace a function per call.
+    expected = jtu.tree_map(lambda y: jax.ShapeDtypeStruct(jnp.shape(y), jnp.result_type(y)), y0)
+    out = traced.out_struct
     got_def, want_def = jtu.tree_structure(out), jtu.tree_structure(expected)
     shapes = lambda tree: [tuple(x.shape) for x in jtu.tree_leaves(tree)]
     complex_leaves = [
@@ -263,7 +265,7 @@ def _check_scalar_times(**times) -> None:
             continue
         if isinstance(x, (str, bytes)) or not eqx.is_array_like(x):
             raise TypeError(f"{name}={x!r}: pass a real number (a Python float or a scalar array).")
-        dtype = jnp.asarray(x).dtype
+        dtype = jnp.result_type(x)  # no array made: this runs on every eager call
         if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
             raise TypeError(f"{name}={x!r} has dtype {dtype}: pass a real number.")
         if np.shape(x) != ():
@@ -295,7 +297,7 @@ def normalise_inputs(
     _check_resolution(c0, c1, cdt, time_dtype)
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.
-    floating = lambda x: jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)
+    floating = lambda x: jnp.issubdtype(jnp.result_type(x), jnp.floating)
     arrays = [x for x in times if not isinstance(x, (bool, int, float)) and floating(x)]
     if arrays:
         widest = widest_float(*arrays)
