@@ -124,6 +124,26 @@ def test_the_root_finders_tolerances_are_used():
     assert np.max(np.abs(loose - default)) > 1e-9
 
 
+def test_diffrax_solver_arguments_are_taken():
+    # root_find_max_steps bounds the chord iterations, as Diffrax's: one iteration with
+    # no fresh Jacobian cannot converge on a nonlinear stage.
+    solve = lambda solver: ode.diffeqsolve(
+        STIFF, solver, 0.0, 0.1, 0.01, Y0, throw=False, stepsize_controller=ode.ConstantStepSize()
+    )  # fmt: skip
+    assert solve(ode.Kvaerno5(root_find_max_steps=1, max_refreshes=0)).result == (
+        ode.RESULTS.nonlinear_divergence
+    )
+    assert solve(ode.Kvaerno5(root_find_max_steps=10)).result == ode.RESULTS.successful
+    with pytest.raises(ValueError, match="name the same limit"):
+        ode.Kvaerno5(root_find_max_steps=5, max_iterations=5)
+    # scan_kind changes how Diffrax compiles, never the result.
+    plain = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0).ys
+    bounded = ode.diffeqsolve(DECAY, ode.Tsit5(scan_kind="bounded"), 0.0, 1.0, 0.1, Y0).ys
+    np.testing.assert_array_equal(plain, bounded)
+    with pytest.raises(ValueError, match=r"scan_kind='while'"):
+        ode.Tsit5(scan_kind="while")
+
+
 def test_very_chord_is_an_optimistix_root_finder_of_its_own():
     optx = pytest.importorskip("optimistix")
     solver = ode.VeryChord(rtol=1e-8, atol=1e-8)

@@ -44,7 +44,9 @@ def _newton_settings(solver, context, y0: Float[Array, " n"], adaptive) -> Newto
     scale = jnp.asarray(atol, dtype) + jnp.asarray(rtol, dtype) * jnp.abs(y0)
     # A failed stage costs an adaptive solve one rejected step, but a fixed-step solve its
     # result: without error control, iterate longer and re-evaluate the Jacobian more.
-    max_iterations = solver.max_iterations or (10 if adaptive else 20)
+    max_iterations = (
+        solver.max_iterations or solver.root_find_max_steps or (10 if adaptive else 20)
+    )
     max_refreshes = (
         solver.max_refreshes if solver.max_refreshes is not None else (1 if adaptive else 10)
     )
@@ -145,7 +147,7 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
     - `kappa`: the iterations stop once the estimated Newton error is below kappa times
       the tolerance (Hairer & Wanner suggest 1e-1 to 1e-2).
     - `max_iterations`: chord iterations per Jacobian; by default 10 with error control
-      and 20 with fixed steps.
+      and 20 with fixed steps. `root_find_max_steps` is Diffrax's name for it.
     - `max_refreshes`: how often a stage whose iterations fail may re-evaluate the
       Jacobian (at its best iterate) and start again before the step is rejected; by
       default 1 with error control and 10 with fixed steps (which cannot reject).
@@ -162,8 +164,14 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
     max_iterations: int | None = None
     max_refreshes: int | None = None
     root_finder: Any = VeryChord()
+    root_find_max_steps: int | None = None
 
     def __check_init__(self):
+        if self.root_find_max_steps is not None and self.max_iterations is not None:
+            raise ValueError(
+                f"root_find_max_steps={self.root_find_max_steps} and max_iterations="
+                f"{self.max_iterations} name the same limit: pass one of them."
+            )
         if self.root_finder is not None:
             rtol, _, _ = root_finder_tolerances(self.root_finder)  # refuses one without
             if self.newton_rtol is not None and rtol is not None:
@@ -178,8 +186,10 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
             )
         if not 0 < self.kappa <= 1:
             raise ValueError(f"kappa={self.kappa}: must be in (0, 1], e.g. 1e-2.")
-        if self.max_iterations is not None and self.max_iterations < 1:
-            raise ValueError(f"max_iterations={self.max_iterations}: must be >= 1.")
+        for name in ("max_iterations", "root_find_max_steps"):
+            limit = getattr(self, name)
+            if limit is not None and (not isinstance(limit, int) or limit < 1):
+                raise ValueError(f"{name}={limit!r}: pass an int >= 1, e.g. 10.")
         if self.max_refreshes is not None and self.max_refreshes < 0:
             raise ValueError(f"max_refreshes={self.max_refreshes}: must be >= 0.")
 

@@ -80,12 +80,21 @@ class AbstractTableauMethod(AbstractSolver):
     """A Runge-Kutta method given by its `tableau` (a class attribute): explicit or
     diagonally implicit. It carries f(t, y) from step to step when the tableau is first
     same as last, and its dense output is the tableau's interpolant on the stages.
-    `scan_stages` is accepted for Diffrax's signature and ignored: it changes how
-    Diffrax compiles the stages, never the result. Here explicit stages are always
-    unrolled and implicit stages always run in one `lax.scan`."""
+    `scan_stages` and `scan_kind` (None, "lax", "checkpointed" or "bounded") are
+    accepted for Diffrax's signature and ignored: they change how Diffrax compiles the
+    stages or its loop, never the result. Here explicit stages are always unrolled and
+    implicit stages always run in one `lax.scan`."""
 
     tableau: eqx.AbstractClassVar[ButcherTableau | ImplicitTableau]
     scan_stages: bool = eqx.field(default=False, kw_only=True, static=True)
+    scan_kind: str | None = eqx.field(default=None, kw_only=True, static=True)
+
+    def __check_init__(self):
+        if self.scan_kind not in (None, "lax", "checkpointed", "bounded"):
+            raise ValueError(
+                f"scan_kind={self.scan_kind!r}: pass None, 'lax', 'checkpointed' or "
+                "'bounded' (Diffrax's choices; none changes the result here)."
+            )
 
     @abc.abstractmethod
     def stages(
