@@ -268,7 +268,7 @@ def _switched_integral(t, controller_of):
     return sol.ys[1][-1]
 
 
-@pytest.mark.parametrize("times", ["jump_ts", "step_ts"])
+@pytest.mark.parametrize("times", ["jump_ts", pytest.param("step_ts", marks=pytest.mark.matrix)])
 def test_clip_controller_matches_the_pid_controllers_own_times(times):
     pid = lambda ts: ode.PIDController(rtol=1e-8, atol=1e-8, **{times: ts})
     clip = lambda ts: ode.ClipStepSizeController(

@@ -41,8 +41,15 @@ def _relative(actual, expected) -> float:
 
 CASES = [
     (ode.Reversible(ode.Tsit5()), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), PID),
-    (ode.Reversible(ode.Dopri5(), coupling=0.99), ode.SaveAt(steps=True), PID),
-    (ode.Reversible(ode.Bosh3()), ode.SaveAt(t1=True), ode.ConstantStepSize),
+    # Two more wrapped methods and outputs with `-m matrix` (the suite's time).
+    pytest.param(
+        ode.Reversible(ode.Dopri5(), coupling=0.99), ode.SaveAt(steps=True), PID,
+        marks=pytest.mark.matrix,
+    ),
+    pytest.param(
+        ode.Reversible(ode.Bosh3()), ode.SaveAt(t1=True), ode.ConstantStepSize,
+        marks=pytest.mark.matrix,
+    ),
     (ode.ReversibleHeun(), ode.SaveAt(dense=True), lambda: ode.PIDController(rtol=1e-4, atol=1e-4)),
     (ode.LeapfrogMidpoint(), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), ode.ConstantStepSize),
     (ode.Reversible(ode.Kvaerno3()), ode.SaveAt(t1=True), PID),
