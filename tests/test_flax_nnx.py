@@ -75,7 +75,9 @@ def test_module_solves_like_the_pure_function():
 
 
 @pytest.mark.parametrize(
-    "adjoint", [ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()], ids=type
+    "adjoint",
+    [ode.RecursiveCheckpointAdjoint(), pytest.param(ode.DirectAdjoint(), marks=pytest.mark.matrix)],
+    ids=type,
 )
 def test_gradients_reach_the_module_parameters(adjoint):
     field = Field(nnx.Rngs(1))

@@ -79,6 +79,7 @@ def test_gradient_matches_finite_differences():
         np.testing.assert_allclose(grad[i], fd, rtol=1e-6)
 
 
+@pytest.mark.matrix  # 12 s; the composition suite differentiates the reversible adjoint too
 def test_a_neural_ode_gradient_equals_the_direct_adjoint():
     keys = jax.random.split(jax.random.key(0), 2)
     params = {

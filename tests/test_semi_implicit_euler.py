@@ -86,7 +86,7 @@ def _by_differences(k, q0, eps=1e-6):
     "adjoint",
     [
         ode.RecursiveCheckpointAdjoint(),
-        ode.DirectAdjoint(),
+        pytest.param(ode.DirectAdjoint(), marks=pytest.mark.matrix),
         pytest.param(ode.RecursiveCheckpointAdjoint(3), marks=pytest.mark.matrix),
     ],
     ids=["checkpointed", "direct", "three_checkpoints"],

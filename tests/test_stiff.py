@@ -295,8 +295,14 @@ def test_failed_fixed_step_reports_nonlinear_divergence():
     assert sol.result == ode.RESULTS.nonlinear_divergence
 
 
-@pytest.mark.parametrize("entry", IMPLICIT_SOLVERS, ids=solver_id)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+# float64 for each solver, float32 for the first; every pair with `-m matrix`.
+@pytest.mark.parametrize(
+    "entry, dtype",
+    [(entry, jnp.float64) for entry in IMPLICIT_SOLVERS]
+    + [(IMPLICIT_SOLVERS[0], jnp.float32)]
+    + [pytest.param(entry, jnp.float32, marks=pytest.mark.matrix) for entry in IMPLICIT_SOLVERS[1:]],
+    ids=lambda x: solver_id(x) if isinstance(x, tuple) else jnp.dtype(x).name,
+)
 def test_fixed_steps_far_beyond_the_stiff_scale_converge(entry, dtype):
     """y' = -a (y - cos t), a = 1e5, at h = 0.1 and 0.25 (h a up to 25000): the stage
     value is a difference of terms ~h a |y|, known only to their rounding, which lies
