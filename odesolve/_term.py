@@ -79,8 +79,12 @@ class MultiTerm(AbstractTerm[tuple, tuple], Generic[_Terms]):
         return tuple(term.contr(t0, t1) for term in self.terms)
 
     def prod(self, vf: tuple, control: tuple) -> PyTree:
-        parts = [term.prod(v, c) for term, v, c in zip(self.terms, vf, control)]
-        return jtu.tree_map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
+        return _sum([term.prod(v, c) for term, v, c in zip(self.terms, vf, control)])
+
+
+def _sum(trees: list[PyTree]) -> PyTree:
+    """Leafwise sum of PyTrees of one structure."""
+    return jtu.tree_map(lambda *leaves: sum(leaves[1:], leaves[0]), *trees)
 
 
 class _Summed(eqx.Module):
@@ -88,11 +92,10 @@ class _Summed(eqx.Module):
     terms: tuple[ODETerm, ...]
 
     def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
-        rates = [term.vf(t, y, args) for term in self.terms]
-        return jtu.tree_map(lambda *leaves: sum(leaves[1:], leaves[0]), *rates)
+        return _sum([term.vf(t, y, args) for term in self.terms])
 
 
-def _ode_terms(term: AbstractTerm) -> tuple[ODETerm, ...] | None:
+def _ode_terms(term: Any) -> tuple[ODETerm, ...] | None:
     """The ODE terms a term adds up (None if some part of it is not an ODETerm)."""
     if isinstance(term, ODETerm):
         return (term,)
@@ -105,9 +108,7 @@ def _ode_terms(term: AbstractTerm) -> tuple[ODETerm, ...] | None:
 
 def _as_ode_term(terms: Any) -> "ODETerm | None":
     """An ODETerm, or a MultiTerm of ODETerms as one (None for anything else)."""
-    if isinstance(terms, ODETerm):
-        return terms
-    parts = _ode_terms(terms) if isinstance(terms, MultiTerm) else None
+    parts = _ode_terms(terms)
     if parts is None:
         return None
     return parts[0] if len(parts) == 1 else ODETerm(_Summed(parts))

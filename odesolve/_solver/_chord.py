@@ -102,6 +102,13 @@ def frozen(tree: PyTree) -> Any:
     return jtu.tree_map(lambda x: lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
 
 
+def remaining_error_factor(rate: Float[Array, ""]) -> Float[Array, ""]:
+    """Hairer & Wanner IV.8 (8.10)-(8.11): with contraction rate theta, the error left
+    after an iteration is about theta / (1 - theta) times its increment (inf once the
+    iterations no longer contract)."""
+    return jnp.where(rate < 1, rate / (1 - rate), jnp.inf)
+
+
 def lu_factor(jac, hg: Float[Array, ""]):
     """LU factors of I - hg J."""
     return jsl.lu_factor(jnp.eye(jac.shape[0], dtype=jac.dtype) - hg * jac)
@@ -129,11 +136,10 @@ def _chord_iterations(
         scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
         # RMS; a state with no components (size 0) has converged at once.
         size = jnp.sqrt(jnp.sum(jnp.square(hg * delta / scale)) / max(delta.size, 1))
-        # Hairer & Wanner IV.8 (8.10)-(8.11): with rate theta the error left after this
-        # iteration is about theta / (1 - theta) |delta|. The first iteration has no rate
-        # yet; it is accepted only when |delta| itself is below kappa.
+        # The first iteration has no rate yet; it is accepted only when |delta| itself is
+        # below kappa.
         rate = size / prev_size
-        eta = jnp.where(it == 0, 1.0, jnp.where(rate < 1, rate / (1 - rate), jnp.inf))
+        eta = jnp.where(it == 0, 1.0, remaining_error_factor(rate))
         converged = (size == 0) | ((eta * size <= settings.kappa) & (size <= settings.kappa))
         converged = converged | (size <= _NOISE * settings.kappa)
         diverged = (((it > 0) & (rate >= 1)) | ~jnp.isfinite(size)) & ~converged

@@ -22,6 +22,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int
 
 from .._flat import PyTree
+from ._chord import remaining_error_factor
 
 
 class ChordState(eqx.Module):
@@ -34,17 +35,15 @@ class ChordState(eqx.Module):
 
 
 def init(fn: Any, y: PyTree, args: PyTree, options: dict | None) -> ChordState:
+    flat, unravel = ravel_pytree(y)
     reuse = (options or {}).get("init_state")
-    lu = reuse.lu if reuse is not None else _factorised_jacobian(fn, y, args)
-    flat, _ = ravel_pytree(y)
+    if reuse is not None:
+        lu = reuse.lu
+    else:
+        residual = lambda x: ravel_pytree(fn(unravel(x), args)[0])[0]
+        lu = jsl.lu_factor(jax.jacfwd(residual)(flat))
     inf = jnp.asarray(jnp.inf, jnp.real(flat).dtype)
     return ChordState(lu, inf, inf, jnp.asarray(0))
-
-
-def _factorised_jacobian(fn: Any, y: PyTree, args: PyTree) -> tuple[Array, Array]:
-    flat, unravel = ravel_pytree(y)
-    residual = lambda x: ravel_pytree(fn(unravel(x), args)[0])[0]
-    return jsl.lu_factor(jax.jacfwd(residual)(flat))
 
 
 def step(
@@ -65,14 +64,14 @@ def stops(state: ChordState, kappa: float) -> tuple[Bool[Array, ""], Any]:
     import optimistix as optx
 
     rate = state.size / state.previous_size
-    left = state.size * rate / (1 - rate)
-    # An increment of zero is an exact root (a linear fn after one step).
+    converged = state.size * remaining_error_factor(rate) < kappa
+    # An increment of zero is an exact root (a linear fn after one step); the first
+    # increment's size is inf, so this never holds before a step.
     exact = state.size == 0
-    converged = exact | ((left >= 0) & (left < kappa))
-    diverged = ~exact & (~jnp.isfinite(rate) | (rate > 2))
-    judged = state.step >= 2
-    failed = judged & diverged
+    # Judged from the second step, once there is a rate.
+    failed = (state.step >= 2) & ~exact & (~jnp.isfinite(rate) | (rate > 2))
+    done = exact | ((state.step >= 2) & converged) | failed
     result = optx.RESULTS.where(
         failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful
     )
-    return (judged & (converged | diverged)) | (state.step >= 1) & exact, result
+    return done, result
