@@ -38,8 +38,18 @@ def test_a_multi_term_gradient_is_the_summed_fields_in_every_order():
     ours, reference = loss(terms), loss(SUM)
     # Shared parameter, batched y0: vmap(grad) gives each sample its own gradient.
     per_sample = jax.vmap(jax.grad(ours), in_axes=(None, 0))(0.7, y0s)
-    expected = jnp.stack([jax.grad(reference)(0.7, y0) for y0 in y0s])
+    reference_grad = jax.jit(jax.grad(reference))  # one compile for every sample
+    expected = jnp.stack([reference_grad(0.7, y0) for y0 in y0s])
     np.testing.assert_allclose(per_sample, expected, rtol=1e-10)
+    # Batched parameters, nested vmap and jacrev give the same per-sample gradients.
+    ks = jnp.array([0.7, 0.4, 1.1])
+    batched = jax.vmap(jax.grad(ours))(ks, y0s)
+    reference_batched = jnp.stack([reference_grad(k, y0) for k, y0 in zip(ks, y0s)])
+    np.testing.assert_allclose(batched, reference_batched, rtol=1e-10)
+    nested = jax.vmap(jax.vmap(jax.grad(ours), in_axes=(None, 0)), in_axes=(0, None))(ks, y0s)
+    np.testing.assert_allclose(nested[0], expected, rtol=1e-10)
+    rows = jax.jacrev(lambda k: jax.vmap(ours, in_axes=(None, 0))(k, y0s))(0.7)
+    np.testing.assert_allclose(rows, expected, rtol=1e-10)
     # grad(vmap) sums them; forward mode agrees.
     summed = jax.grad(lambda k: jnp.sum(jax.vmap(ours, in_axes=(None, 0))(k, y0s)))(0.7)
     np.testing.assert_allclose(summed, expected.sum(), rtol=1e-10)
