@@ -57,6 +57,17 @@ from ._discrete_event import DiscreteTerminatingEvent as DiscreteTerminatingEven
 from ._discrete_event import SteadyStateEvent as SteadyStateEvent
 from ._event import Event as Event
 from ._integrate import diffeqsolve as diffeqsolve
+from ._local_interpolation import (
+    AbstractLocalInterpolation as AbstractLocalInterpolation,
+)
+from ._local_interpolation import (
+    FourthOrderPolynomialInterpolation as FourthOrderPolynomialInterpolation,
+)
+from ._local_interpolation import LocalLinearInterpolation as LocalLinearInterpolation
+from ._local_interpolation import (
+    ThirdOrderHermitePolynomialInterpolation as ThirdOrderHermitePolynomialInterpolation,
+)
+from ._path import AbstractPath as AbstractPath
 from ._progress_meter import (
     AbstractProgressMeter as AbstractProgressMeter,
 )

@@ -1,0 +1,34 @@
+"""`AbstractPath`: a function of time on an interval, as Diffrax names it."""
+
+import abc
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from equinox import AbstractVar
+
+from ._flat import PyTree, RealScalarLike
+
+
+class AbstractPath(eqx.Module):
+    """A path x(t) on [t0, t1]: interpolated data, a forcing term, a step's dense
+    output. Subclasses give `t0`, `t1` and `evaluate`; `derivative` defaults to the
+    forward-mode derivative of `evaluate`."""
+
+    t0: AbstractVar[Any]
+    t1: AbstractVar[Any]
+
+    @abc.abstractmethod
+    def evaluate(
+        self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
+    ) -> PyTree:
+        """x(t0), or the increment x(t1) - x(t0) when `t1` is given. `left`: at a jump,
+        the left limit (True) or the right one (False)."""
+
+    def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree:
+        """dx/dt at `t` (one-sided at a jump, as `left` says)."""
+        t = jnp.asarray(t)
+        t = t if jnp.issubdtype(t.dtype, jnp.inexact) else t.astype(float)
+        _, slope = jax.jvp(lambda s: self.evaluate(s, left=left), (t,), (jnp.ones_like(t),))
+        return slope

@@ -1,0 +1,45 @@
+"""The dtype times are computed in, shared by `diffeqsolve` and the low-level API.
+
+Times may arrive as Python ints, int arrays or floats of any width. `diffeqsolve`
+computes in one float dtype: the widest float among the time arrays and the state's
+real precision, never narrower than float32. Every other entry point that takes times
+(`solver.init`/`step`/`func`, a controller's `init`/`adapt_step_size`, interpolations)
+promotes them the same way, so that `t0 = 0` next to `t1 = 0.05` is not an int32 that
+truncates the step to zero.
+"""
+
+from typing import Any
+
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax.typing import ArrayLike
+from jaxtyping import Array
+
+from ._flat import PyTree, real_dtype, widest_float
+
+
+def time_dtype(*times: ArrayLike | None, state: PyTree = None) -> Any:
+    """The float dtype of `times` (Python numbers, int or float arrays; None skipped)
+    next to a state `state` (any PyTree of arrays or numbers; its real precision
+    counts, a complex state's too)."""
+    leaves = [_real_precision(jnp.result_type(x)) for x in jtu.tree_leaves(state)]
+    present = [t for t in times if t is not None]
+    return widest_float(*present, *leaves, jnp.float32)
+
+
+def _real_precision(dtype: Any) -> Any:
+    # An integer state is solved in JAX's default float, as `diffeqsolve` makes it.
+    inexact = jnp.issubdtype(dtype, jnp.inexact)
+    return real_dtype(dtype) if inexact else jnp.result_type(float)
+
+
+def as_times(*times: ArrayLike | None, state: PyTree = None) -> tuple[Any, ...]:
+    """Each of `times` as an array of `time_dtype(*times, state=state)` (None stays
+    None)."""
+    dtype = time_dtype(*times, state=state)
+    return tuple(None if t is None else as_time(t, dtype) for t in times)
+
+
+def as_time(t: ArrayLike, dtype: Any) -> Array:
+    """`t` in the float dtype `dtype`."""
+    return jnp.asarray(t).astype(dtype)
