@@ -700,3 +700,8 @@ WORKLOADS = {
         ),
     )
 }
+
+# Workloads in modules of their own (they use the helpers above) register here.
+from ._w10 import W10  # noqa: E402
+
+WORKLOADS[W10.id] = W10
