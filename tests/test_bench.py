@@ -50,6 +50,7 @@ ROW_FIELDS = {
     "temp_bytes",
     "solves_per_s",
     "batch",
+    "kernels_per_step",
 }
 META_FIELDS = {"date", "machine", "cpu_count", "backend", "device", "versions", "mode"}
 

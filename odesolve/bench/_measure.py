@@ -11,6 +11,8 @@
   With a time budget, slow cases get fewer rounds (at least 3; the row says how many);
   eager entries are budgeted apart, and sit out the rounds past their own count.
 - Memory: XLA's temp buffer size from the compiled executable (deterministic).
+- Kernels per step: operations launched per iteration of the compiled step loop, from the
+  executable's HLO text (`_kernels`).
 - Work: steps from the solver's stats (largest over a batch: a vmapped loop runs that many
   iterations), vector-field evaluations from the steps.
 - Eager entries (PyTorch) are called as they are: no compile, no XLA memory; their
@@ -27,6 +29,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from ._kernels import kernel_counts
 from ._spec import Case, Entry, Work
 
 
@@ -38,6 +41,7 @@ class Compiled:
     compile_s: float
     temp_bytes: int | None
     reused: bool = False  # from the run's cache: compile_s is that of the first compile
+    kernels: dict | None = None  # `_kernels.kernel_counts` of the executable
 
 
 def _signature(fn: Callable, inputs: tuple) -> tuple:
@@ -61,7 +65,7 @@ def compile_function(fn: Callable, inputs: tuple, cache: dict | None = None) -> 
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
     temp = None if analysis is None else int(analysis.temp_size_in_bytes)
-    compiled = Compiled(executable, compile_s, temp)
+    compiled = Compiled(executable, compile_s, temp, kernels=kernel_counts(executable))
     if cache is not None:
         cache[key] = compiled
     return compiled
@@ -137,6 +141,7 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         compile_reused=compiled.reused,
         compiled=not entry.eager,
         temp_bytes=compiled.temp_bytes,
+        kernels_per_step=None if compiled.kernels is None else compiled.kernels["per_step"],
         steps=steps,
         vf_evals=vf_evals,
         error=error,

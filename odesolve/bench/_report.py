@@ -20,6 +20,7 @@ COLUMNS = (
     ("vf evals", 9, lambda r: _number(r["vf_evals"], "{:d}")),
     ("error", 8, lambda r: _number(r["error"], "{:.1e}")),
     ("XLA temp", 9, lambda r: _bytes(r["temp_bytes"])),
+    ("kernels/step", 12, lambda r: _number(r.get("kernels_per_step"), "{:d}")),
     ("solves/s", 9, lambda r: _number(r["solves_per_s"], "{:.3g}")),
 )
 
@@ -104,7 +105,8 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
             "entries'), each blocked on; ratio: run_ms / diffrax's in "
             "the same case (W7: compile_s); compile_reused: the executable of an earlier "
             "case (same function, same input shapes) was reused; temp_bytes: XLA "
-            "memory_analysis temp size; "
+            "memory_analysis temp size; kernels_per_step: operations launched per "
+            "iteration of the compiled step loop, from its HLO text (odesolve/bench/_kernels.py); "
             "vf_evals: of one forward solve, from the step count; compiled=false (PyTorch "
             "peers, eager, torch.set_num_threads(1)): compile_s is the first call minus the "
             "median, steps and vf_evals as the library counted them"

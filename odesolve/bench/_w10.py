@@ -102,7 +102,7 @@ def _case_check(rows: list[dict], case: str) -> tuple[bool | None, str]:
     return to_limit <= 3.0, detail
 
 
-W10 = Workload(
+W10: Workload = Workload(
     "W10",
     "small-field ensemble: Lorenz, per-sample parameters, vmap, forward",
     "float32",

@@ -1,0 +1,121 @@
+"""What a compiled solve launches per step, read from its HLO text: the kernel count the
+bench reports beside Diffrax's, and no host callback inside the loop unless a progress
+meter asks for one (on a GPU a callback is a round trip to Python every step)."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+
+import odesolve as ode
+from odesolve.bench import _kernels
+
+# A step loop around a 3-stage loop of known trip count and a search loop of unknown trip
+# count, inside a save loop; one conditional with a host callback in a branch.
+HLO = """\
+HloModule example
+
+%stage_body (p: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  %fusion.1 = f32[2]{0} fusion(%p), kind=kLoop, calls=%fused
+  ROOT %tuple.1 = (s32[], f32[2]{0}) tuple(%p, %fusion.1)
+}
+
+%stage_cond (p: (s32[], f32[2])) -> pred[] {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  ROOT %compare.1 = pred[] compare(%p, %p), direction=LT
+}
+
+%search_body (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  ROOT %add.1 = s32[] add(%p, %p)
+}
+
+%search_cond (p: s32[]) -> pred[] {
+  %p = s32[] parameter(0)
+  ROOT %fusion.2 = pred[] fusion(%p), kind=kLoop, calls=%fused
+}
+
+%quiet (p: ()) -> () {
+  ROOT %p = () parameter(0)
+}
+
+%loud (p: s32[]) -> () {
+  %p = s32[] parameter(0)
+  ROOT %cb = () custom-call(%p), custom_call_target="xla_ffi_python_gpu_callback"
+}
+
+%step_body (p: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  %gte = f32[2]{0} get-tuple-element(%p), index=1
+  %dot.1 = f32[2]{0} custom-call(%gte), custom_call_target="__cublas$gemm"
+  %stages = (s32[], f32[2]{0}) while(%p), condition=%stage_cond, body=%stage_body, backend_config={"known_trip_count":{"n":"3"}}
+  %search = s32[] while(%gte), condition=%search_cond, body=%search_body
+  %maybe = () conditional(%gte, %gte, %gte), branch_computations={%quiet, %loud}
+  %copy.1 = f32[2]{0} copy(%gte)
+  ROOT %tuple.2 = (s32[], f32[2]{0}) tuple(%p, %copy.1)
+}
+
+%step_cond (p: (s32[], f32[2])) -> pred[] {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  ROOT %compare.2 = pred[] compare(%p, %p), direction=LT
+}
+
+%save_body (p: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  %steps = (s32[], f32[2]{0}) while(%p), condition=%step_cond, body=%step_body
+  ROOT %fusion.3 = (s32[], f32[2]{0}) fusion(%steps), kind=kLoop, calls=%fused
+}
+
+ENTRY %main (a: f32[2]) -> (s32[], f32[2]) {
+  %a = f32[2]{0} parameter(0)
+  %constant.1 = s32[] constant(0)
+  %tuple.3 = (s32[], f32[2]{0}) tuple(%constant.1, %a)
+  ROOT %saves = (s32[], f32[2]{0}) while(%tuple.3), condition=%step_cond, body=%save_body
+}
+"""
+
+
+def test_kernels_per_iteration_of_each_loop():
+    """The step loop: the gemm, 3 x (stage fusion + its condition), the search loop's
+    condition once, the conditional (its predicate and the larger branch), the copy, and
+    its own condition: 1 + 6 + 1 + 2 + 1 + 1 = 12. The save loop around it: its fusion,
+    the step loop's condition and its own = 3."""
+    found = {loop.name: loop for loop in _kernels.loops(HLO)}
+    assert set(found) == {"saves", "steps", "search"}
+    assert (found["steps"].body, found["steps"].condition) == (11, 1)
+    assert found["steps"].callbacks == 1 and found["saves"].callbacks == 0
+    assert (found["saves"].per_iteration, found["search"].per_iteration) == (3, 2)
+    assert [found[n].depth for n in ("saves", "steps", "search")] == [0, 1, 2]
+    assert _kernels.step_loop(list(found.values())) == found["steps"]
+
+
+def _decay_solve(lib, meter=None):
+    """A vmapped float32 solve, with `meter` as its progress meter when given."""
+    extra = {} if meter is None else dict(progress_meter=meter)
+
+    def one(y0):
+        term = lib.ODETerm(lambda t, y, args: -args * y)
+        controller = lib.PIDController(rtol=1e-5, atol=1e-5)
+        solver, ts = lib.Tsit5(), lib.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
+        args = jnp.float32(2.0)
+        sol = lib.diffeqsolve(
+            term, solver, 0.0, 1.0, 0.1, y0, args, saveat=ts, stepsize_controller=controller, **extra
+        )
+        return sol.ys
+
+    return jax.vmap(one)
+
+
+def test_no_host_callback_in_the_loop_unless_a_progress_meter():
+    """`throw=True` raises through a callback after the loop, never inside it; a progress
+    meter's callback is inside it (so the check can see one). Diffrax's step loop is
+    counted the same way."""
+    y0s = jnp.ones((4, 2), jnp.float32)
+    plain = _kernels.count(_decay_solve(ode), y0s)
+    assert plain is not None and plain["callbacks"] == 0 and plain["per_step"] > 0
+    text = jax.jit(_decay_solve(ode)).lower(y0s).compile().as_text()
+    assert "callback" in text  # the failure check, outside the loop
+    metered = _kernels.count(_decay_solve(ode, ode.TextProgressMeter()), y0s)
+    assert metered is not None and metered["callbacks"] > 0
+    theirs = _kernels.count(_decay_solve(diffrax), y0s)
+    assert theirs is not None and theirs["callbacks"] == 0 and theirs["per_step"] > 0
