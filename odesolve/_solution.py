@@ -12,6 +12,7 @@ from jaxtyping import Array, Float, Int, Real
 from . import _interpolation
 from ._flat import FlatSpec, RealScalarLike
 from ._results import RESULTS, Result
+from ._time import as_time
 
 
 class StepRows(eqx.Module):
@@ -67,7 +68,7 @@ class DenseInterpolation(eqx.Module):
     t1: Any
 
     def _tau(self, t: RealScalarLike | Real[Array, " m"]):
-        t = jnp.asarray(t, self.rows.t_start.dtype)
+        t = as_time(t, self.rows.t_start.dtype)  # Python ints and int arrays too
         return t, jnp.atleast_1d(t * self.direction)
 
     def _shape_like(self, t: ArrayLike, flat: Float[Array, "m n"]):

@@ -15,6 +15,7 @@ import numpy as np
 
 from adjoints import AbstractAdjoint, is_concrete
 
+from . import _time
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -290,8 +291,7 @@ def normalise_inputs(
     # Never narrower than float32: a float16 state keeps its precision, but times in
     # float16 could not resolve a step of a span much longer than a few thousand steps.
     # Time is real: a complex state's precision counts, not its type.
-    real_leaves = [real_dtype(leaf.dtype) for leaf in jtu.tree_leaves(y0)]
-    time_dtype = widest_float(*times, *real_leaves, jnp.float32)
+    time_dtype = _time.time_dtype(*times, state=y0)
     for output in saveat.outputs:
         _check_save_ts(output.ts, c0, c1, time_dtype)
     _check_resolution(c0, c1, cdt, time_dtype)
@@ -302,7 +302,7 @@ def normalise_inputs(
     if arrays:
         widest = widest_float(*arrays)
         y0 = jtu.tree_map(lambda y: y.astype(_promoted(y.dtype, widest)), y0)
-    as_time = lambda x: None if x is None else jnp.asarray(x, time_dtype)
+    as_time = lambda x: None if x is None else _time.as_time(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
     terms = _traced_vector_field(terms, t0, y0, args)
     event = _traced_event(

@@ -21,6 +21,7 @@ from adjoints import trace_time_value
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import Result
 from .._solver._base import Field
+from .._time import as_times
 
 
 def concrete_float(x: object) -> float | None:
@@ -134,12 +135,12 @@ class AbstractStepSizeController(eqx.Module):
         `controller.init`, for writing your own step loop with times that increase.
         `func(terms, t, y, args)` is the vector field (`solver.func`); with `dt0=None`
         the first step is chosen from it."""
-        t0, t1 = _times(t0, t1)
+        start, end, first_dt = as_times(t0, t1, dt0, state=y0)
         spec, y = _flat(y0)
         vf = lambda t, x, a: spec.ravel(func(terms, t, spec.unravel(x), a))
-        dt0 = None if dt0 is None else jnp.asarray(dt0, t0.dtype)
-        controller = self.wrap(jnp.ones((), t0.dtype))
-        return controller.start(vf, t0, t1, y, vf(t0, y, args), dt0, args, error_order or 1, spec)
+        controller = self.wrap(jnp.ones((), start.dtype))
+        k0 = vf(start, y, args)
+        return controller.start(vf, start, end, y, k0, first_dt, args, error_order or 1, spec)
 
     def adapt_step_size(
         self,
@@ -156,26 +157,20 @@ class AbstractStepSizeController(eqx.Module):
         `controller.adapt_step_size`: (keep_step, next_t0, next_t1, made_jump,
         controller_state, result). A step that ends just before a jump time (see
         `jump_ts`) makes the next one start just after it, with `made_jump` True."""
-        t0, t1 = _times(t0, t1)
+        start, end = as_times(t0, t1, state=y0)
         spec, y = _flat(y0)
-        controller = self.wrap(jnp.ones((), t0.dtype))
+        controller = self.wrap(jnp.ones((), start.dtype))
         error = None if y_error is None else spec.ravel(y_error)
+        y1 = spec.ravel(y1_candidate)
         proposal = controller.adapt(
-            t0, t1, y, spec.ravel(y1_candidate), error, controller_state, error_order or 1, spec
+            start, end, y, y1, error, controller_state, error_order or 1, spec
         )
         accept = jnp.asarray(proposal.accept)
         stops = controller.jump_stops() if controller.has_jumps else None
-        next_t0, jumped = next_start(stops, accept, t0, t1)
+        next_t0, jumped = next_start(stops, accept, start, end)
         made_jump = jnp.asarray(False) if jumped is None else jumped
         result = Result(jnp.asarray(proposal.result, jnp.int32))
         return accept, next_t0, proposal.next_end, made_jump, proposal.state, result
-
-
-def _times(t0: RealScalarLike, t1: RealScalarLike) -> tuple[Array, Array]:
-    """Both times as arrays of one float dtype (Python numbers in JAX's default)."""
-    t0 = jnp.asarray(t0)
-    t0 = t0 if jnp.issubdtype(t0.dtype, jnp.floating) else t0.astype(float)
-    return t0, jnp.asarray(t1).astype(t0.dtype)
 
 
 def _flat(y0: PyTree) -> tuple[FlatSpec, Array]:

@@ -24,6 +24,7 @@ from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
 from .._term import AbstractTerm, ODETerm, as_one_term
+from .._time import as_times
 
 # A vector field on a flat state: f(t, y, args).
 Field = Callable[[Any, Any, Any], Any]
@@ -79,7 +80,30 @@ class StepResult(eqx.Module):
     failed: Bool[Array, ""] | None = None
 
 
+# The step loop's contract, which a solver written in Diffrax's interface does not
+# define: `diffeqsolve` runs such a solver through an adapter (`_user.UserSolver`).
+_LOOP_CONTRACT = frozenset({"start", "advance", "adaptive", "interpolation", "order", "error_order"})
+# What Diffrax's `AbstractSolver` requires of a subclass.
+_DIFFRAX_INTERFACE = ("init", "step", "func")
+
+
+def writes_diffrax_steps(cls: type) -> bool:
+    """Whether a solver class is written in Diffrax's interface: its `step` (the first
+    in its MRO) comes from a class that does not define the loop's `advance` too."""
+    owner = next((k for k in cls.__mro__ if "step" in vars(k)), None)
+    return owner is not None and "advance" not in vars(owner)
+
+
 class _LooksThroughWrappers(type(eqx.Module)):  # type: ignore[misc]
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        if writes_diffrax_steps(cls):
+            # Abstract as Diffrax's AbstractSolver is: `init`, `step` and `func` must be
+            # written; the loop's contract is the adapter's, not the class's.
+            unwritten = {m for m in _DIFFRAX_INTERFACE if _from_base(cls, m)}
+            cls.__abstractmethods__ = (cls.__abstractmethods__ - _LOOP_CONTRACT) | unwritten
+        return cls
+
     # As in Diffrax, a wrapper passes for the solver it wraps: `HalfSolver(Euler())` is
     # an `Euler`. Only for the final classes: asked of an abstract kind (reversible,
     # Runge-Kutta), the answer is the wrapper's own, which is what the loop relies on.
@@ -98,7 +122,12 @@ class _LooksThroughWrappers(type(eqx.Module)):  # type: ignore[misc]
 class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     """A one-step method on the flat state. Subclasses are abstract or final.
 
-    `term_structure`: the terms a solver takes, as Diffrax names it (one term here)."""
+    `term_structure`: the terms a solver takes, as Diffrax names it (one term here).
+
+    A subclass written in Diffrax's interface instead (`init`, `step`, `func` on the
+    user's PyTree state in real time, `order`, optionally `error_order`, and an
+    `interpolation_cls` for dense output) runs in `diffeqsolve` too, through
+    `_user.UserSolver`."""
 
     term_structure: ClassVar[Any] = AbstractTerm
 
@@ -155,7 +184,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         """The solver state before the first step (opaque: pass it to `step`)."""
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
-        t = jnp.asarray(t0)
+        t, _ = as_times(t0, t1, state=y0)
         return self.start(field, t, y, field(t, y, args), args)
 
     def step(
@@ -171,12 +200,12 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
-        t0 = jnp.asarray(t0)
-        context = StepContext(None, jnp.ones((), t0.dtype), spec)
+        start, end = as_times(t0, t1, state=y0)
+        context = StepContext(None, jnp.ones((), start.dtype), spec)
         out = self.advance(
             StepField(field, field),
-            t0,
-            jnp.asarray(t1, t0.dtype) - t0,
+            start,
+            end - start,
             spec.ravel(y0),
             solver_state,
             jnp.asarray(made_jump),
@@ -193,7 +222,13 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
 
     def func(self, terms: ODETerm, t0: RealScalarLike, y0: PyTree, args: PyTree) -> Any:
         """The vector field at (t0, y0)."""
-        return as_one_term(terms, self.term_structure, y0).vf(t0, y0, args)
+        (t,) = as_times(t0, state=y0)
+        return as_one_term(terms, self.term_structure, y0).vf(t, y0, args)
+
+
+def _from_base(cls: type, method: str) -> bool:
+    """Whether `cls` has `method` only as `AbstractSolver` defines it."""
+    return next(k for k in cls.__mro__ if method in vars(k)) is AbstractSolver
 
 
 class AbstractReversibleSolver(AbstractSolver):
