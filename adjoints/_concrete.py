@@ -1,7 +1,9 @@
-"""Whether a value is known at trace time, asked through JAX's public errors.
+"""Whether a value is known at trace time, asked through JAX's public API.
 
 A traced value (inside `jit`, `grad`, `vmap`, ...) cannot become a NumPy array: the
-conversion raises one of JAX's documented errors. Nothing here inspects tracer types.
+conversion raises one of JAX's documented errors. A JAX array is asked by its type
+instead (`jax.core.Tracer`, public): converting it would copy it from the device to the
+host, and an eager solve asks this of every parameter array on every call.
 """
 
 from typing import Any
@@ -13,7 +15,10 @@ _TRACED = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeE
 
 
 def trace_time_value(x: Any) -> np.ndarray | None:
-    """`x` as a NumPy array when its value is known at trace time, else None."""
+    """`x` as a NumPy array when its value is known at trace time, else None. A concrete
+    JAX array is copied to the host: ask `is_concrete` when the value is not needed."""
+    if isinstance(x, jax.core.Tracer):
+        return None
     try:
         return np.asarray(x)
     except _TRACED:
@@ -21,5 +26,8 @@ def trace_time_value(x: Any) -> np.ndarray | None:
 
 
 def is_concrete(x: Any) -> bool:
-    """Whether `x`'s value is known at trace time (a traced value is not)."""
+    """Whether `x`'s value is known at trace time (a traced value is not). Reads no
+    array's value."""
+    if isinstance(x, jax.Array | jax.core.Tracer):
+        return not isinstance(x, jax.core.Tracer)
     return trace_time_value(x) is not None
