@@ -33,6 +33,7 @@ from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import Solution
 from ._solver._base import AbstractSolver
+from ._solver._user import loop_solver
 from ._term import ODETerm
 from ._validate import check_kinds, normalise_inputs
 
@@ -89,6 +90,8 @@ def diffeqsolve(
         adjoint=adjoint,
         progress_meter=progress_meter,
     )
+    # A solver written in Diffrax's interface (`init`/`step`) runs through an adapter.
+    solver = loop_solver(solver)
     if adjoint.implicit:
         _steady_state_derivative.check_supported(saveat)
     if discrete_terminating_event is not None:

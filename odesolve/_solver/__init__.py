@@ -3,6 +3,7 @@ from ._base import AbstractSolver as AbstractSolver
 from ._base import StepContext as StepContext
 from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._kinds import AbstractAdaptiveSolver as AbstractAdaptiveSolver
+from ._kinds import AbstractImplicitSolver as AbstractImplicitSolver
 from ._kinds import AbstractWrappedSolver as AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta as AbstractRungeKutta
 from ._tableau import ButcherTableau as ButcherTableau
@@ -40,4 +41,3 @@ from .tsit5 import Tsit5 as Tsit5
 # Diffrax's names for the same bases.
 AbstractERK = AbstractRungeKutta
 AbstractESDIRK = AbstractImplicitRungeKutta
-AbstractImplicitSolver = AbstractImplicitRungeKutta

@@ -1,25 +1,53 @@
-"""Diffrax's names for kinds of solver, for code that asks `isinstance` of them."""
+"""Diffrax's names for kinds of solver: for code that asks `isinstance` of them, and for
+solvers written in Diffrax's interface that subclass them."""
 
-import abc
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import equinox as eqx
 
 from ._base import AbstractSolver
+from ._implicit import AbstractImplicitRungeKutta
 
 
-class _HasErrorEstimate(abc.ABCMeta):
+class _HasErrorEstimate(type(AbstractSolver)):  # type: ignore[misc]
     # Adaptivity is a property of an instance (`HalfSolver(Euler())` is adaptive,
-    # `Reversible(Euler())` is not), so it is asked of the instance, not its class.
+    # `Reversible(Euler())` is not), so it is asked of the instance, not its class. A
+    # subclass is asked as any class is.
     def __instancecheck__(cls, instance: object) -> bool:
-        return isinstance(instance, AbstractSolver) and bool(instance.adaptive)
+        if super().__instancecheck__(instance):
+            return True
+        return (
+            cls is AbstractAdaptiveSolver
+            and isinstance(instance, AbstractSolver)
+            and bool(instance.adaptive)
+        )
 
 
-class AbstractAdaptiveSolver(metaclass=_HasErrorEstimate):
+class AbstractAdaptiveSolver(AbstractSolver, metaclass=_HasErrorEstimate):
     """`isinstance(solver, AbstractAdaptiveSolver)` says whether its steps come with an
     error estimate, so that `PIDController` can adapt them (`solver.adaptive`): Heun,
     Tsit5, Kvaerno5, ReversibleHeun, `HalfSolver(...)`; not Euler or LeapfrogMidpoint.
-    A question to ask of a solver, as in Diffrax, not a base class to subclass."""
+    A solver written in Diffrax's interface may subclass it, as in Diffrax, to say
+    that its `step` returns an error estimate."""
+
+
+class _SolvesImplicitly(type(AbstractSolver)):  # type: ignore[misc]
+    # odesolve's implicit methods are Runge-Kutta methods first (one engine for all
+    # tableaux), so they pass for Diffrax's implicit kind by this check.
+    def __instancecheck__(cls, instance: object) -> bool:
+        if super().__instancecheck__(instance):
+            return True
+        return cls is AbstractImplicitSolver and isinstance(instance, AbstractImplicitRungeKutta)
+
+
+class AbstractImplicitSolver(AbstractSolver, metaclass=_SolvesImplicitly):
+    """An implicit method, as Diffrax names the kind: `isinstance` holds for
+    `ImplicitEuler` and the Kvaerno methods. A solver written in Diffrax's interface
+    may subclass it; it then has `root_finder` and `root_find_max_steps`, as fields or
+    properties."""
+
+    root_finder: eqx.AbstractVar[Any]
+    root_find_max_steps: eqx.AbstractVar[Any]
 
 
 class AbstractWrappedSolver(AbstractSolver):

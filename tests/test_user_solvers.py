@@ -1,0 +1,299 @@
+"""Solvers written in Diffrax's interface (`init`, `step`, `func`, `interpolation_cls`)
+run in `diffeqsolve` under every controller, output and adjoint, and agree with Diffrax
+running the same class. Each solver is written once, for either library (`lib`)."""
+
+import diffrax
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+
+def crank_nicolson(lib):
+    """Diffrax's nonlinear heat PDE example's solver: implicit trapezoidal steps by
+    fixed-point iteration, the explicit Euler step's difference as the error."""
+
+    class CrankNicolson(lib.AbstractSolver):
+        rtol: float
+        atol: float
+
+        term_structure = lib.ODETerm
+        interpolation_cls = lib.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 2
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            del solver_state, made_jump
+            dt = t1 - t0
+            f0 = terms.vf(t0, y0, args)
+
+            def not_converged(val):
+                return val[1]
+
+            def iterate(val):
+                y1, _ = val
+                new_y1 = y0 + 0.5 * dt * (f0 + terms.vf(t1, y1, args))
+                scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y1), jnp.abs(new_y1))
+                return new_y1, jnp.any(jnp.abs(new_y1 - y1) > scale)
+
+            euler_y1 = y0 + dt * f0
+            y1, _ = lax.while_loop(not_converged, iterate, (euler_y1, jnp.asarray(True)))
+            dense_info = dict(y0=y0, y1=y1)
+            return y1, y1 - euler_y1, dense_info, None, lib.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return terms.vf(t0, y0, args)
+
+    return CrankNicolson
+
+
+def heun(lib, interpolation="LocalLinearInterpolation"):
+    """Heun's method with embedded Euler on any PyTree state; its dense output is
+    linear or cubic Hermite (the step's end slopes)."""
+    tree = jax.tree_util.tree_map
+
+    class Heun(lib.AbstractAdaptiveSolver):
+        term_structure = lib.ODETerm
+        interpolation_cls = getattr(lib, interpolation)
+
+        def order(self, terms):
+            return 2
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            dt = t1 - t0
+            f0 = terms.vf(t0, y0, args)
+            euler = tree(lambda y, f: y + dt * f, y0, f0)
+            f1 = terms.vf(t1, euler, args)
+            y1 = tree(lambda y, a, b: y + 0.5 * dt * (a + b), y0, f0, f1)
+            dense_info = dict(y0=y0, y1=y1)
+            if interpolation.startswith("ThirdOrder"):
+                ends = tree(lambda y, f: dt * f, y1, terms.vf(t1, y1, args))
+                dense_info.update(k0=tree(lambda f: dt * f, f0), k1=ends)
+            error = tree(lambda a, b: a - b, y1, euler)
+            return y1, error, dense_info, None, lib.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return terms.vf(t0, y0, args)
+
+    return Heun
+
+
+def _heat(t, y, args):
+    # u_t = (1 - u) u_xx on a grid of 12 points, Dirichlet ends (the example's PDE).
+    dx = 2.0 / (y.shape[0] - 1)
+    lap = (jnp.roll(y, 1) - 2 * y + jnp.roll(y, -1)) / dx**2
+    return (1 - y) * lap.at[0].set(0.0).at[-1].set(0.0)
+
+
+def _forced(t, y, args):
+    return {"x": -args * y["x"] + jnp.sin(t), "v": jnp.sum(y["x"]) - y["v"]}
+
+
+_Y0 = {"x": jnp.array([1.0, 2.0]), "v": jnp.array(0.5)}
+
+
+def _solve(lib, solver, field, y0, controller, saveat, args=None, t1=1.0, **kwargs):
+    return lib.diffeqsolve(
+        lib.ODETerm(field), solver, 0.0, t1, 0.01 * t1, y0, args,
+        saveat=saveat, stepsize_controller=controller, **kwargs,
+    )  # fmt: skip
+
+
+def _close(a, b, tol):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_crank_nicolson_of_the_heat_example_agrees_with_diffrax(adaptive):
+    y0 = jnp.linspace(-1.0, 1.0, 12) ** 2
+    ts = jnp.linspace(0.0, 0.2, 5)
+    out = {}
+    for lib in (ode, diffrax):
+        controller = (
+            lib.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.3, icoeff=0.4, dtmax=0.01)
+            if adaptive
+            else lib.ConstantStepSize()
+        )
+        sol = _solve(
+            lib, crank_nicolson(lib)(1e-10, 1e-10), _heat, y0, controller,
+            lib.SaveAt(ts=ts), t1=0.2,
+        )  # fmt: skip
+        out[lib] = sol.ys, sol.stats["num_steps"]
+    _close(out[ode][0], out[diffrax][0], 1e-12)
+    assert int(out[ode][1]) == int(out[diffrax][1])
+
+
+@pytest.mark.parametrize(
+    "interpolation",
+    [
+        "LocalLinearInterpolation",
+        pytest.param("ThirdOrderHermitePolynomialInterpolation", marks=pytest.mark.matrix),
+    ],
+)
+def test_adaptive_user_solver_saves_as_diffrax(interpolation):
+    ts = jnp.linspace(0.0, 3.0, 7)
+    query = jnp.array([0.33, 1.77, 2.9])
+    sols = {}
+    for lib in (ode, diffrax):
+        subs = [lib.SubSaveAt(ts=ts), lib.SubSaveAt(steps=True)]
+        saveat = lib.SaveAt(subs=subs, dense=True)
+        controller = lib.PIDController(rtol=1e-5, atol=1e-7)
+        sols[lib] = _solve(lib, heun(lib, interpolation)(), _forced, _Y0, controller, saveat, 0.7, 3.0)
+    ours, theirs = sols[ode], sols[diffrax]
+    n = int(theirs.stats["num_accepted_steps"])
+    assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"])
+    assert int(ours.stats["num_accepted_steps"]) == n
+    _close(ours.ts[0], theirs.ts[0], 1e-12)
+    _close(ours.ys[0], theirs.ys[0], 1e-12)
+    _close(ours.ts[1][:n], theirs.ts[1][:n], 1e-12)
+    _close(jax.tree_util.tree_map(lambda y: y[:n], ours.ys[1]),
+           jax.tree_util.tree_map(lambda y: y[:n], theirs.ys[1]), 1e-12)  # fmt: skip
+    _close(jax.vmap(ours.evaluate)(query), jax.vmap(theirs.evaluate)(query), 1e-12)
+    _close(jax.vmap(ours.derivative)(query), jax.vmap(theirs.derivative)(query), 1e-10)
+
+
+def test_user_solver_backwards_in_time_and_under_jit_and_vmap():
+    # The step is given real times (t1 < t0), so a step written with t1 - t0 goes
+    # backwards correctly. Diffrax hands it internal times, where only `terms.contr`
+    # is right: its reference is the mirrored problem s = -t solved forwards.
+    ts = jnp.linspace(2.0, 0.0, 5)
+    mirrored = lambda s, y, a: jax.tree_util.tree_map(jnp.negative, _forced(-s, y, a))
+
+    def solve(lib, field, t0, t1, dt0, save, a):
+        sol = lib.diffeqsolve(
+            lib.ODETerm(field), heun(lib)(), t0, t1, dt0, _Y0, a,
+            saveat=lib.SaveAt(ts=save), stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-8),
+        )  # fmt: skip
+        return sol.ys, sol.stats["num_steps"]
+
+    backwards = lambda a: solve(ode, _forced, 2.0, 0.0, -0.05, ts, a)
+    ours, steps = jax.jit(jax.vmap(backwards))(jnp.array([0.5, 0.9]))
+    for i, a in enumerate(jnp.array([0.5, 0.9])):
+        ref, ref_steps = solve(diffrax, mirrored, -2.0, 0.0, 0.05, -ts, a)
+        _close(jax.tree_util.tree_map(lambda y: y[i], ours), ref, 1e-11)
+        assert int(steps[i]) == int(ref_steps)
+
+
+def _loss(lib, solver, adjoint, a):
+    ts = jnp.linspace(0.0, 2.0, 5)
+    sol = _solve(
+        lib, solver, _forced, _Y0, lib.PIDController(rtol=1e-7, atol=1e-7),
+        lib.SaveAt(ts=ts), a, 2.0, adjoint=adjoint,
+    )  # fmt: skip
+    return sum(jnp.sum(y**2) for y in jax.tree_util.tree_leaves(sol.ys))
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        pytest.param(ode.RecursiveCheckpointAdjoint(), id="recursive"),
+        pytest.param(ode.DirectAdjoint(), id="direct", marks=pytest.mark.matrix),
+        pytest.param(ode.BacksolveAdjoint(), id="backsolve"),
+    ],
+)
+def test_user_solver_gradients_match_finite_differences(adjoint):
+    a, eps = jnp.asarray(0.7), 1e-6
+    grad = jax.grad(lambda a: _loss(ode, heun(ode)(), adjoint, a))(a)
+    value = lambda a: float(_loss(ode, heun(ode)(), ode.RecursiveCheckpointAdjoint(), a))
+    fd = (value(a + eps) - value(a - eps)) / (2 * eps)
+    # Differences also see the step sizes move with `a` (by about the tolerance, 1e-7);
+    # the continuous adjoint is exact only as its own solve's tolerance allows.
+    tol = 1e-4 if isinstance(adjoint, ode.BacksolveAdjoint) else 2e-5
+    np.testing.assert_allclose(float(grad), fd, rtol=tol)
+    if isinstance(adjoint, ode.RecursiveCheckpointAdjoint):
+        theirs = jax.grad(lambda a: _loss(diffrax, heun(diffrax)(), diffrax.RecursiveCheckpointAdjoint(), a))(a)
+        np.testing.assert_allclose(float(grad), float(theirs), rtol=1e-10)
+
+
+def test_user_solver_forward_mode_equals_reverse_mode():
+    solver = heun(ode)()
+    a = jnp.asarray(0.7)
+    saveat = ode.SaveAt(t1=True)
+    fixed = lambda a, adjoint: _solve(ode, solver, _forced, _Y0, ode.ConstantStepSize(), saveat, a, adjoint=adjoint).ys["v"][0]  # noqa: E501
+    tangent = jax.jvp(lambda a: fixed(a, ode.ForwardMode()), (a,), (1.0,))[1]
+    np.testing.assert_allclose(float(tangent), float(jax.grad(lambda a: fixed(a, ode.DirectAdjoint()))(a)), rtol=1e-10)
+
+
+@pytest.mark.matrix
+def test_half_solver_wraps_a_user_solver():
+    sol = _solve(ode, ode.HalfSolver(crank_nicolson(ode)(1e-12, 1e-12)), _heat,
+                 jnp.linspace(-1.0, 1.0, 8) ** 2, ode.PIDController(rtol=1e-6, atol=1e-6),
+                 ode.SaveAt(t1=True), t1=0.1)  # fmt: skip
+    ref = _solve(diffrax, diffrax.HalfSolver(crank_nicolson(diffrax)(1e-12, 1e-12)), _heat,
+                 jnp.linspace(-1.0, 1.0, 8) ** 2, diffrax.PIDController(rtol=1e-6, atol=1e-6),
+                 diffrax.SaveAt(t1=True), t1=0.1)  # fmt: skip
+    _close(sol.ys, ref.ys, 1e-12)
+
+
+def test_user_solver_kinds_and_what_it_must_define():
+    cn = crank_nicolson(ode)(1e-8, 1e-8)
+    assert isinstance(cn, ode.AbstractSolver)
+    assert not isinstance(cn, ode.AbstractAdaptiveSolver)
+    assert isinstance(heun(ode)(), ode.AbstractAdaptiveSolver)
+    assert isinstance(ode.Tsit5(), ode.AbstractAdaptiveSolver)
+    assert not isinstance(ode.Euler(), ode.AbstractAdaptiveSolver)
+    assert isinstance(ode.Kvaerno3(), ode.AbstractImplicitSolver)
+    assert not isinstance(ode.Tsit5(), ode.AbstractImplicitSolver)
+
+    class NoInit(ode.AbstractSolver):
+        term_structure = ode.ODETerm
+        interpolation_cls = ode.LocalLinearInterpolation
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            return y0, None, dict(y0=y0, y1=y0), None, ode.RESULTS.successful
+
+    with pytest.raises(TypeError, match="init"):
+        NoInit()
+
+
+class _ImplicitEuler(ode.AbstractImplicitSolver):
+    # Backward Euler by fixed-point iteration, declared implicit as Diffrax asks.
+    root_finder: None = None
+    root_find_max_steps: int = 50
+
+    term_structure = ode.ODETerm
+    interpolation_cls = ode.LocalLinearInterpolation
+
+    def order(self, terms):
+        return 1
+
+    def init(self, terms, t0, t1, y0, args):
+        return None
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        iterate = lambda _, y1: y0 + (t1 - t0) * terms.vf(t1, y1, args)
+        y1 = lax.fori_loop(0, self.root_find_max_steps, iterate, y0)
+        return y1, None, dict(y0=y0, y1=y1), None, ode.RESULTS.successful
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+
+def test_implicit_user_solver_and_a_step_without_an_error_estimate():
+    solver = _ImplicitEuler()
+    assert isinstance(solver, ode.AbstractImplicitSolver)
+    sol = ode.diffeqsolve(ode.ODETerm(lambda t, y, a: -y), solver, 0.0, 1.0, 0.1, jnp.array(1.0))
+    np.testing.assert_allclose(float(sol.ys[0]), 1.1**-10, rtol=1e-12)
+    with pytest.raises(ValueError, match="y_error=None.*ConstantStepSize"):
+        ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -y), solver, 0.0, 1.0, 0.1, jnp.array(1.0),
+            stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6),
+        )  # fmt: skip
+
+
+def test_user_solver_without_an_interpolation_is_refused_with_the_fix():
+    solver = heun(ode)()
+    bare = type("Bare", (type(solver),), {"interpolation_cls": None})()
+    with pytest.raises(TypeError, match="interpolation_cls"):
+        ode.diffeqsolve(ode.ODETerm(_forced), bare, 0.0, 1.0, 0.1, _Y0, 0.7)
