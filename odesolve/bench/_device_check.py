@@ -154,17 +154,22 @@ def check(
     `ok` when within bound (None: not run, the `deadline` on `time.perf_counter()`
     having passed)."""
     results: list[dict] = []
-    for problem in problems(ode, batch):
-        for name, fn in functions(problem).items():
-            if only and name not in only and f"{problem.name}: {name}" not in only:
-                continue
-            if time.perf_counter() > deadline:
-                log(f"  check {problem.name} ({problem.dtype}) {name}: not run (time is up)")
-                skipped = dict(problem=problem.name, dtype=problem.dtype, transformation=name)
-                results.append(dict(skipped, ok=None))
-                continue
-            results.append(_compare(problem, name, fn, log))
+    # Each transformation on both problems before the next, so that both dtypes are
+    # checked when time runs out.
+    pairs = [(p, name, fn) for p in problems(ode, batch) for name, fn in functions(p).items()]
+    names = list(dict.fromkeys(name for _, name, _ in pairs))
+    pairs.sort(key=lambda pair: names.index(pair[1]))
+    for problem, name, fn in pairs:
+        if only and name not in only and f"{problem.name}: {name}" not in only:
+            continue
+        if time.perf_counter() > deadline:
+            log(f"  check {problem.name} ({problem.dtype}) {name}: not run (time is up)")
+            skipped = dict(problem=problem.name, dtype=problem.dtype, transformation=name)
+            results.append(dict(skipped, ok=None))
+            continue
+        results.append(_compare(problem, name, fn, log))
     return results
+
 
 def eager_host_copies(ode) -> str:
     """Whether a solve called outside `jit` (W3's field, its weights and save times on
