@@ -171,18 +171,31 @@ def check(
     return results
 
 
-def eager_host_copies(ode) -> str:
-    """Whether a solve called outside `jit` (W3's field, its weights and save times on
-    the device, `throw=False`) copies any array to the host: "none", or the transfer JAX
-    refused. On the CPU the arrays are the host's, so nothing can be seen there."""
+def _guarded(solve: Callable) -> str:
+    """"none" when `solve()`, run a second time (compiled and cached by then), copies
+    nothing from the device to the host; else the transfer JAX refused."""
+    jax.block_until_ready(solve())
+    try:
+        with jax.transfer_guard_device_to_host("disallow"):
+            jax.block_until_ready(solve())
+    except Exception as error:  # JAX raises its own error type for a refused transfer
+        return f"copied: {type(error).__name__}: {str(error)[:300]}"
+    return "none"
+
+
+def eager_host_copies(ode) -> dict[str, str]:
+    """Whether a solve called outside `jit` (W3's field, its weights on the device)
+    copies any array to the host, for two spellings: the final state only with
+    `throw=False`, and save times on the device with the default `throw=True` (which
+    reads the result code to raise). On the CPU the arrays are the host's, so nothing
+    can be seen there."""
     if jax.default_backend() == "cpu":
-        return "not observable on the CPU backend"
+        return {"all": "not observable on the CPU backend"}
     params, field = neural_field(jax.random.key(3), jnp.float32)
-    ts = jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32)
     y0 = jnp.ones(2, jnp.float32)
 
-    def solve():
-        return ode.diffeqsolve(
+    def solve(saveat, throw: bool) -> Callable:
+        return lambda: ode.diffeqsolve(
             ode.ODETerm(field),
             ode.Tsit5(),
             0.0,
@@ -190,15 +203,13 @@ def eager_host_copies(ode) -> str:
             0.05,
             y0,
             params,
-            saveat=ode.SaveAt(ts=ts),
+            saveat=saveat,
             stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6),
-            throw=False,
+            throw=throw,
         ).ys
 
-    jax.block_until_ready(solve())  # compiled and cached; the second call is the hot path
-    try:
-        with jax.transfer_guard_device_to_host("disallow"):
-            jax.block_until_ready(solve())
-    except Exception as error:  # JAX raises its own error type for a refused transfer
-        return f"copied: {type(error).__name__}: {str(error)[:300]}"
-    return "none"
+    ts = ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
+    return {
+        "SaveAt(t1=True), throw=False": _guarded(solve(ode.SaveAt(t1=True), False)),
+        "SaveAt(ts=device array), throw=True": _guarded(solve(ts, True)),
+    }
