@@ -56,6 +56,14 @@ from ._discrete_event import (
 from ._discrete_event import DiscreteTerminatingEvent as DiscreteTerminatingEvent
 from ._discrete_event import SteadyStateEvent as SteadyStateEvent
 from ._event import Event as Event
+from ._global_interpolation import (
+    AbstractGlobalInterpolation as AbstractGlobalInterpolation,
+)
+from ._global_interpolation import CubicInterpolation as CubicInterpolation
+from ._global_interpolation import LinearInterpolation as LinearInterpolation
+from ._hermite_coefficients import (
+    backward_hermite_coefficients as backward_hermite_coefficients,
+)
 from ._integrate import diffeqsolve as diffeqsolve
 from ._local_interpolation import (
     AbstractLocalInterpolation as AbstractLocalInterpolation,
@@ -67,6 +75,8 @@ from ._local_interpolation import LocalLinearInterpolation as LocalLinearInterpo
 from ._local_interpolation import (
     ThirdOrderHermitePolynomialInterpolation as ThirdOrderHermitePolynomialInterpolation,
 )
+from ._missing_data import linear_interpolation as linear_interpolation
+from ._missing_data import rectilinear_interpolation as rectilinear_interpolation
 from ._path import AbstractPath as AbstractPath
 from ._progress_meter import (
     AbstractProgressMeter as AbstractProgressMeter,
