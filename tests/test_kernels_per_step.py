@@ -78,15 +78,17 @@ ENTRY %main (a: f32[2]) -> (s32[], f32[2]) {
 def test_kernels_per_iteration_of_each_loop():
     """The step loop: the gemm, 3 x (stage fusion + its condition), the search loop's
     condition once, the conditional (its predicate and the larger branch), the copy, and
-    its own condition: 1 + 6 + 1 + 2 + 1 + 1 = 12. The save loop around it: its fusion,
-    the step loop's condition and its own = 3."""
+    its own condition: 1 + 6 + 1 + 2 + 1 + 1 = 12 kernels, 3 predicates (the search
+    loop's, the conditional's, its own). The save loop around it: its fusion, the step
+    loop's condition and its own: 3 kernels, 2 predicates."""
+    Cost = _kernels.Cost
     found = {loop.name: loop for loop in _kernels.loops(HLO)}
     assert set(found) == {"saves", "steps", "search"}
-    assert (found["steps"].body, found["steps"].condition) == (11, 1)
-    assert found["steps"].callbacks == 1 and found["saves"].callbacks == 0
-    assert (found["saves"].per_iteration, found["search"].per_iteration) == (3, 2)
+    steps, saves, search = found["steps"], found["saves"], found["search"]
+    assert (steps.body, steps.condition) == (Cost(11, 1, 2), Cost(1, 0, 1))
+    assert saves.per_iteration == Cost(3, 0, 2) and search.per_iteration == Cost(2, 0, 1)
     assert [found[n].depth for n in ("saves", "steps", "search")] == [0, 1, 2]
-    assert _kernels.step_loop(list(found.values())) == found["steps"]
+    assert _kernels.step_loop(list(found.values())) == steps
 
 
 def _decay_solve(lib, meter=None):

@@ -258,6 +258,16 @@ def _stage(run: Run, name: str, action) -> None:
     run.write(complete=False)
 
 
+def _per_step(rows: list[dict]) -> dict:
+    """{case: {library: [kernels, predicates] per step}} for the compiled rows that loop."""
+    found: dict = {}
+    for row in rows:
+        if row.get("kernels_per_step") is not None:
+            counts = [row["kernels_per_step"], row.get("predicates_per_step")]
+            found.setdefault(row["case"], {})[row["library"]] = counts
+    return found
+
+
 def finish(run: Run, checks_ok: bool) -> None:
     """Targets, table, kernel counts, plots and the JSON."""
     from . import _report, _sweep
@@ -270,12 +280,7 @@ def finish(run: Run, checks_ok: bool) -> None:
     with run.lock:
         run.document["targets"] = verdicts
         run.document["checks_ok"] = checks_ok
-        run.document["kernels_per_step"] = {
-            row["case"]: {
-                r["library"]: r.get("kernels_per_step") for r in rows if r["case"] == row["case"]
-            }
-            for row in rows
-        }
+        run.document["per_step"] = _per_step(rows)
     written = ["results.json", "log.txt"]
     if _report.write_plot(run.out / "ratios.png", rows, verdicts, smoke=run.dry):
         written.append("ratios.png")

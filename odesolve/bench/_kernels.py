@@ -12,7 +12,8 @@ buffers (parameters, constants, tuples, bitcasts). A nested loop with a trip cou
 XLA knows (a `scan` over the stages) counts its body that many times; a conditional
 counts one for its predicate and its largest branch. A nested loop with no known trip
 count is a loop of its own: it is reported apart, and counts in its parent only its
-condition, evaluated at least once.
+condition, evaluated at least once. Predicates: each loop condition and conditional
+evaluated, whose result the GPU runtime reads on the host before going on.
 """
 
 import dataclasses
@@ -48,24 +49,46 @@ class Instruction:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cost:
+    """What running a computation once launches.
+
+    - `kernels`: fusions, library calls and unfused operations.
+    - `callbacks`: host callbacks it may make (a branch that makes one counts).
+    - `predicates`: loop conditions and conditionals it evaluates: on a GPU each brings a
+      predicate back to the host, a wait on the device.
+    """
+
+    kernels: int = 0
+    callbacks: int = 0
+    predicates: int = 0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(
+            self.kernels + other.kernels,
+            self.callbacks + other.callbacks,
+            self.predicates + other.predicates,
+        )
+
+    def times(self, count: int) -> "Cost":
+        return Cost(self.kernels * count, self.callbacks * count, self.predicates * count)
+
+
+@dataclasses.dataclass(frozen=True)
 class Loop:
     """A `while` loop with no known trip count, as XLA compiled it.
 
-    - `body`: kernels per iteration of its body (known-trip loops inside expanded).
-    - `condition`: kernels per evaluation of its condition.
-    - `callbacks`: host callbacks its body or condition may make per iteration (a branch
-      that makes one counts), each a round trip to Python.
+    - `body`, `condition`: what one iteration of its body, and one evaluation of its
+      condition, launch (known-trip loops inside expanded).
     - `depth`: how many such loops enclose it (0: at the top of the program).
     """
 
     name: str
-    body: int
-    condition: int
-    callbacks: int
+    body: Cost
+    condition: Cost
     depth: int
 
     @property
-    def per_iteration(self) -> int:
+    def per_iteration(self) -> Cost:
         return self.body + self.condition
 
 
@@ -125,21 +148,19 @@ def _is_callback(instruction: Instruction) -> bool:
 
 
 class _Counter:
-    """Kernels and host callbacks of computations, as `(kernels, callbacks)` pairs,
-    collecting the loops with no known trip count."""
+    """The `Cost` of computations, collecting the loops with no known trip count."""
 
     def __init__(self, computations: dict[str, list[Instruction]]):
         self.computations = computations
         self.loops: list[Loop] = []
 
-    def cost(self, name: str, depth: int) -> tuple[int, int]:
-        costs = [self._cost_of(i, depth) for i in self.computations.get(name, [])]
-        return sum(k for k, _ in costs), sum(c for _, c in costs)
+    def cost(self, name: str, depth: int) -> Cost:
+        return sum((self._cost_of(i, depth) for i in self.computations.get(name, [])), Cost())
 
-    def _cost_of(self, instruction: Instruction, depth: int) -> tuple[int, int]:
+    def _cost_of(self, instruction: Instruction, depth: int) -> Cost:
         opcode = instruction.opcode
         if opcode in _FREE:
-            return 0, 0
+            return Cost()
         if opcode == "while":
             return self._while(instruction, depth)
         if opcode == "conditional":
@@ -147,31 +168,32 @@ class _Counter:
             branches += _called(instruction, "true_computation")
             branches += _called(instruction, "false_computation")
             costs = [self.cost(branch, depth) for branch in branches]
-            return 1 + max((k for k, _ in costs), default=0), sum(c for _, c in costs)
+            largest = max((c.kernels for c in costs), default=0)
+            callbacks = sum(c.callbacks for c in costs)
+            predicates = max((c.predicates for c in costs), default=0)
+            return Cost(1 + largest, callbacks, 1 + predicates)
         if opcode == "call":
-            costs = [self.cost(c, depth) for c in _called(instruction, "to_apply")]
-            return sum(k for k, _ in costs), sum(c for _, c in costs)
+            return sum((self.cost(c, depth) for c in _called(instruction, "to_apply")), Cost())
         # A fusion, a library call, or an unfused operation.
-        return 1, int(_is_callback(instruction))
+        return Cost(1, int(_is_callback(instruction)))
 
-    def _while(self, instruction: Instruction, depth: int) -> tuple[int, int]:
+    def _while(self, instruction: Instruction, depth: int) -> Cost:
         (body,) = _called(instruction, "body")
         (condition,) = _called(instruction, "condition")
         trips = _trip_count(instruction)
         if trips is not None:
-            (k_body, c_body), (k_cond, c_cond) = (
-                self.cost(body, depth),
-                self.cost(condition, depth),
-            )
-            return trips * (k_body + k_cond), trips * (c_body + c_cond)
-        (k_body, c_body), (k_cond, c_cond) = (
+            return (self.cost(body, depth) + self.cost(condition, depth)).times(trips)
+        own = Cost(predicates=1)  # the condition's result, read by the host
+        loop = Loop(
+            instruction.name,
             self.cost(body, depth + 1),
-            self.cost(condition, depth + 1),
+            self.cost(condition, depth + 1) + own,
+            depth,
         )
-        self.loops.append(Loop(instruction.name, k_body, k_cond, c_body + c_cond, depth))
+        self.loops.append(loop)
         # Its parent runs its condition at least once per iteration, even when the
         # nested loop then takes no iteration.
-        return k_cond, c_cond
+        return loop.condition
 
 
 def loops(text: str) -> list[Loop]:
@@ -184,13 +206,14 @@ def loops(text: str) -> list[Loop]:
 def step_loop(found: list[Loop]) -> Loop | None:
     """The loop that takes the steps: of the loops with no known trip count, the one with
     the most kernels per iteration (a loop over save times around it launches fewer)."""
-    return max(found, key=lambda loop: loop.per_iteration, default=None)
+    return max(found, key=lambda loop: loop.per_iteration.kernels, default=None)
 
 
 def kernel_counts(executable) -> dict | None:
-    """Kernels per step of a compiled executable's step loop, of every loop (per
-    iteration, depth), and the host callbacks inside loops: a dict for a bench row, or None when the program has no loop (a fixed-step `scan` is unrolled
-    or has a known trip count) or its text cannot be read."""
+    """For a bench row: per step of a compiled executable's step loop, its kernels (of
+    its body and condition) and predicates read by the host; the host callbacks inside
+    any loop; and every loop's kernels per iteration and depth. None when the program
+    has no loop (a fixed-step `scan` has a known trip count) or gives no text."""
     try:
         text = executable.as_text()
     except Exception:  # some backends or wrappers give no text; the count is then unknown
@@ -200,11 +223,12 @@ def kernel_counts(executable) -> dict | None:
     if step is None:
         return None
     return dict(
-        per_step=step.per_iteration,
-        body=step.body,
-        condition=step.condition,
-        callbacks=sum(loop.callbacks for loop in found),
-        loops=[[loop.per_iteration, loop.depth] for loop in found],
+        per_step=step.per_iteration.kernels,
+        body=step.body.kernels,
+        condition=step.condition.kernels,
+        predicates_per_step=step.per_iteration.predicates,
+        callbacks=sum(loop.per_iteration.callbacks for loop in found),
+        loops=[[loop.per_iteration.kernels, loop.depth] for loop in found],
     )
 
 

@@ -11,7 +11,8 @@
   With a time budget, slow cases get fewer rounds (at least 3; the row says how many);
   eager entries are budgeted apart, and sit out the rounds past their own count.
 - Memory: XLA's temp buffer size from the compiled executable (deterministic).
-- Kernels per step: operations launched per iteration of the compiled step loop, from the
+- Kernels per step: operations launched per iteration of the compiled step loop, and the
+  predicates (loop conditions, conditionals) a GPU reads on the host per step, from the
   executable's HLO text (`_kernels`).
 - Work: steps from the solver's stats (largest over a batch: a vmapped loop runs that many
   iterations), vector-field evaluations from the steps.
@@ -142,6 +143,9 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         compiled=not entry.eager,
         temp_bytes=compiled.temp_bytes,
         kernels_per_step=None if compiled.kernels is None else compiled.kernels["per_step"],
+        predicates_per_step=(
+            None if compiled.kernels is None else compiled.kernels["predicates_per_step"]
+        ),
         steps=steps,
         vf_evals=vf_evals,
         error=error,
