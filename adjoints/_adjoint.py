@@ -33,6 +33,7 @@ import math
 from typing import Any, ClassVar
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -94,7 +95,27 @@ class ForwardMode(AbstractAdjoint):
     Cheapest when there are fewer inputs than outputs to differentiate. No reverse mode."""
 
     def run_loop(self, loop, params, init, buffers, problem=None):
-        return run_plain(loop, params, init, buffers)
+        return _forward_only(run_plain(loop, params, init, buffers))
+
+
+# Reverse mode through the plain loop would fail on JAX's `while_loop` transpose, whose
+# message names neither the adjoint nor the fix; this one is raised first.
+_NO_REVERSE_MODE = (
+    "adjoint=ForwardMode() gives forward-mode derivatives only (jax.jvp, jax.jacfwd). "
+    "For jax.grad, jax.vjp or jax.jacrev pass adjoint=RecursiveCheckpointAdjoint() (the "
+    "default), or DirectAdjoint() for both modes."
+)
+
+
+def _forward_only(out: Any) -> Any:
+    """`out` unchanged; reverse-mode differentiation of it raises `_NO_REVERSE_MODE`."""
+
+    def guard(x: Any) -> Any:
+        if not eqx.is_inexact_array(x):
+            return x
+        return eqxi.nondifferentiable_backward(x, msg=_NO_REVERSE_MODE)
+
+    return jtu.tree_map(guard, out)
 
 
 class ImplicitAdjoint(AbstractAdjoint):

@@ -26,6 +26,7 @@ from ._discrete_event import AbstractDiscreteTerminatingEvent, as_event
 from ._event import Event, FlatConditions
 from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
+from ._hints import forward_mode_named
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
 from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result, UnsupportedCombination
 from ._reversal import reversal
@@ -144,7 +145,8 @@ def diffeqsolve(
         static_times=static_times(t0, t1, dt0, saveat, stepsize_controller, event),
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
-    sol = solve(adjoint=adjoint)
+    with forward_mode_named(adjoint):
+        sol = solve(adjoint=adjoint)
     if adjoint.implicit and jtu.tree_leaves(y0):
         sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args)
     if max_steps is not None and max_steps > _MOST_STEPS:

@@ -15,7 +15,7 @@ import numpy as np
 
 from adjoints import AbstractAdjoint, is_concrete
 
-from . import _time
+from . import _hints, _time
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -165,7 +165,12 @@ def _traced_vector_field(terms, t0, y0, args):
     returns y0's structure and shapes."""
     try:
         traced = trace_once(terms.vf, t0, y0, args)
-    except TypeError as e:
+    except (TypeError, AttributeError, IndexError, KeyError) as e:
+        hint = _field_hint(terms.vector_field, e, t0, y0, args)
+        if hint is not None:
+            raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}. {hint}.") from None
+        if not isinstance(e, TypeError):
+            raise
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
     # y0's shapes read off its arrays: `jax.eval_shape` would trace a function per call.
     expected = jtu.tree_map(lambda y: jax.ShapeDtypeStruct(jnp.shape(y), jnp.result_type(y)), y0)
@@ -185,13 +190,22 @@ def _traced_vector_field(terms, t0, y0, args):
         )
     # (jaxlib's stub for PyTreeDef declares no __eq__.)
     if got_def != want_def or shapes(out) != shapes(expected):  # type: ignore[operator]
+        listed = _hints.list_of_numbers(y0)
         raise ValueError(
             "the vector field's output does not match y0: f(t, y, args) returned "
             f"structure {got_def} with shapes {shapes(out)}, but y0 has structure "
-            f"{want_def} with shapes {shapes(expected)}. dy/dt must have y's structure "
-            "and shapes."
+            f"{want_def} with shapes {shapes(expected)}. "
+            + (f"{listed}." if listed else "dy/dt must have y's structure and shapes.")
         )
     return ODETerm(traced)
+
+
+def _field_hint(fn: Any, error: Exception, t0: Any, y0: Any, args: Any) -> str | None:
+    """The likely mistake behind a vector field that failed on its first call."""
+    signature = _hints.wrong_signature(fn, "ODETerm's vector field", "f(t, y, args)", t0, y0, args)
+    if signature is not None:
+        return f"{signature}: write it as def f(t, y, args) (args may go unused)"
+    return _hints.args_not_passed(error, args) or _hints.list_of_numbers(y0)
 
 
 def _check_condition_returns_an_array(cond, out) -> None:
@@ -199,10 +213,13 @@ def _check_condition_returns_an_array(cond, out) -> None:
     leaves, treedef = jtu.tree_flatten(out)
     # (jaxlib's stub for PyTreeDef declares no num_nodes.)
     if len(leaves) != 1 or treedef.num_nodes != 1:  # type: ignore[attr-defined]
-        raise ValueError(
-            f"event condition {cond!r} returned {out!r}; each condition must return a "
-            "scalar bool or a scalar float (e.g. y[0] for 'stop when y[0] crosses zero')."
-        )
+        raise ValueError(f"event condition {cond!r} returned {out!r}; {_CONDITION_RETURNS}")
+
+
+_CONDITION_RETURNS = (
+    "each condition must return a scalar bool or a scalar float (e.g. y[0] for 'stop "
+    "when y[0] crosses zero')."
+)
 
 
 def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
@@ -218,6 +235,18 @@ def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controlle
         try:
             traced = trace_once(bound, t0, y0, args)
         except TypeError as e:
+            call = "cond(t, y, args, **kwargs)"
+            signature = _hints.wrong_signature(cond, "an event condition", call, t0, y0, args, **kwargs)
+            if signature is not None:
+                raise TypeError(
+                    f"{signature}: the solve passes keyword arguments ({', '.join(kwargs)}), "
+                    "as Diffrax does. Write it as def cond(t, y, args, **kwargs)."
+                ) from None
+            if "not a valid JAX type" in str(e):  # returned a string, an object...
+                raise ValueError(
+                    f"event condition {cond!r} returned a value that is not an array; "
+                    + _CONDITION_RETURNS
+                ) from None
             raise TypeError(
                 f"calling the event condition {cond!r}(t0, y0, args) failed: {e}"
             ) from e

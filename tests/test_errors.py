@@ -66,6 +66,77 @@ def test_vector_field_that_cannot_be_called():
         solve(terms=ode.ODETerm(lambda t, y: -y))
 
 
+# ------------------------------------------------- a newcomer's first mistakes
+
+
+def test_y0_as_a_python_list_of_floats_names_the_array_to_pass():
+    stacked = ode.ODETerm(lambda t, y, args: jnp.stack([y[1], -y[0]]))
+    with pytest.raises(ValueError, match=r"Python list of 2 numbers.*y0=jnp.array\(\[1.0, 0.0\]\)"):
+        solve(terms=stacked, y0=[1.0, 0.0])
+    with pytest.raises(TypeError, match=r"unary -.*Python list of 3 numbers.*y0=jnp.array"):
+        solve(y0=[1.0, 2.0, 3.0])
+    # A list the field treats as one (indexes it, returns a list) is a valid PyTree state.
+    listed = ode.ODETerm(lambda t, y, args: [y[1], -y[0]])
+    np.testing.assert_allclose(float(solve(terms=listed, y0=[1.0, 0.0]).ys[0][0]), np.cos(1.0), rtol=1e-4)
+
+
+def test_a_field_reading_args_when_none_were_passed():
+    def unpacks(t, y, args):
+        rate, shift = args
+        return -rate * y + shift
+
+    with pytest.raises(TypeError, match=r"cannot unpack.*`rate, shift = args`.*args=None.*args=\.\.\.") as info:
+        solve(terms=ode.ODETerm(unpacks))
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    for field in (lambda t, y, args: -args["rate"] * y, lambda t, y, args: -args.rate * y):
+        with pytest.raises(TypeError, match=r"uses `args`.*no args were passed"):
+            solve(terms=ode.ODETerm(field))
+
+
+@pytest.mark.parametrize(
+    "field, shown",
+    [(lambda y: -y, r"\(y\)"), (lambda t, y: -y, r"\(t, y\)"), (lambda t, y, args, extra: -y, r"\(t, y, args, extra\)")],
+)
+def test_a_field_with_the_wrong_signature(field, shown):
+    with pytest.raises(TypeError, match=rf"called as f\(t, y, args\), but <lambda>{shown}.*def f\(t, y, args\)"):
+        solve(terms=ode.ODETerm(field))
+
+
+def test_an_event_condition_without_keyword_arguments():
+    event = ode.Event(lambda t, y, args: y[0] - 0.5)
+    with pytest.raises(TypeError, match=r"cond\(t, y, args, \*\*kwargs\).*terms, solver.*def cond"):
+        solve(event=event)
+
+
+@pytest.mark.parametrize("returned", [None, (1.0, 2.0), "stop", {"y": 1.0}])
+def test_an_event_condition_returning_no_array(returned):
+    event = ode.Event(lambda t, y, args, **kwargs: returned)
+    with pytest.raises((ValueError, TypeError), match=r"event condition.*return.*scalar bool or a scalar float"):
+        solve(event=event)
+
+
+def _end_value(adjoint):
+    return lambda k: solve(terms=ode.ODETerm(lambda t, y, k: -k * y), adjoint=adjoint, y0=jnp.ones(()), args=k).ys[0]
+
+
+@pytest.mark.parametrize("adjoint", [ode.RecursiveCheckpointAdjoint(), ode.BacksolveAdjoint()])
+def test_forward_mode_through_a_reverse_mode_adjoint_names_the_fix(adjoint):
+    # (Through a function jitted before jax.jvp sees it, JAX's own refusal stands: the
+    # solve is traced without the JVP, which meets the custom VJP only afterwards.)
+    with pytest.raises(TypeError, match=r"jax.jvp.*ForwardMode\(\).*DirectAdjoint\(\)"):
+        jax.jvp(_end_value(adjoint), (1.0,), (1.0,))
+    with pytest.raises(TypeError, match=r"jax.jacfwd.*ForwardMode\(\)"):
+        jax.jacfwd(_end_value(adjoint))(1.0)
+
+
+def test_forward_mode_under_grad_names_the_fix():
+    value = _end_value(ode.ForwardMode())
+    tangent = jax.jvp(value, (1.0,), (1.0,))[1]  # what ForwardMode() is for
+    np.testing.assert_allclose(float(tangent), -np.exp(-1.0), rtol=1e-5)
+    with pytest.raises(RuntimeError, match=r"ForwardMode\(\) gives forward-mode derivatives only.*RecursiveCheckpointAdjoint"):
+        jax.grad(value)(1.0)
+
+
 def test_save_ts_not_sorted():
     with pytest.raises(ValueError, match=r"SaveAt\(ts=...\).*ts\[1\]=0.7 then ts\[2\]=0.2"):
         solve(saveat=ode.SaveAt(ts=jnp.array([0.1, 0.7, 0.2])))
