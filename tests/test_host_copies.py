@@ -55,8 +55,13 @@ def test_eager_solve_reads_no_parameter_array(monkeypatch):
 
 def test_concreteness_of_arrays_tracers_and_python_values():
     assert is_concrete(jnp.ones(3)) and is_concrete(1.5) and is_concrete(np.ones(2))
-    seen = []
-    jax.jit(lambda x: seen.append(is_concrete(x)) or x)(jnp.ones(2))
-    jax.grad(lambda x: seen.append(is_concrete(x)) or x)(1.0)
-    jax.vmap(lambda x: seen.append(is_concrete(x)) or x)(jnp.ones(2))
+    seen: list[bool] = []
+
+    def record(x):
+        seen.append(is_concrete(x))
+        return x
+
+    jax.jit(record)(jnp.ones(2))
+    jax.grad(record)(1.0)
+    jax.vmap(record)(jnp.ones(2))
     assert seen == [False, False, False]

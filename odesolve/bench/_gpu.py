@@ -61,9 +61,7 @@ class Plan:
 
 
 GPU_PLAN = Plan(GPU_STAGES, GPU_SWEEP, "quick", 11, 5.0, 64)
-DRY_PLAN = Plan(
-    DRY_STAGES, DRY_SWEEP, "smoke", 1, None, 2, DRY_CHECKS, DRY_PEERS
-)
+DRY_PLAN = Plan(DRY_STAGES, DRY_SWEEP, "smoke", 1, None, 2, DRY_CHECKS, DRY_PEERS)
 
 
 class _Tee:
@@ -95,8 +93,22 @@ def say(message: str) -> None:
     progress(message)
 
 
+def _cuda_packages() -> dict[str, str]:
+    """Versions of the installed CUDA pieces JAX runs on (its CUDA plugin, NVIDIA's
+    runtime and libraries), from the packages' metadata."""
+    import importlib.metadata
+
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().startswith(("jax-cuda", "jax_cuda", "nvidia-")):
+            found[name] = dist.version
+    return dict(sorted(found.items()))
+
+
 def _versions() -> dict:
-    """Device, JAX, jaxlib and the backend's platform version (CUDA's, on a GPU)."""
+    """Device, JAX, jaxlib, the backend's platform version (CUDA's, on a GPU) and the
+    CUDA packages installed."""
     import jaxlib
 
     device = jax.devices()[0]
@@ -110,6 +122,7 @@ def _versions() -> dict:
         jax=jax.__version__,
         jaxlib=jaxlib.__version__,
         platform_version=platform_version,
+        cuda_packages=_cuda_packages(),
     )
 
 
@@ -152,8 +165,8 @@ class Run:
         with self.lock:
             self.document["meta"]["complete"] = complete
             self.document["meta"]["seconds"] = round(time.perf_counter() - self.start, 1)
-            text = json.loads(json.dumps(self.document, default=str))
-        write_json(self.out / "results.json", text)
+            plain = json.loads(json.dumps(self.document, default=str))
+            write_json(self.out / "results.json", plain)
 
 
 def info_stage(run: Run, peers: dict, peer_notes: list[str]) -> None:
@@ -162,12 +175,13 @@ def info_stage(run: Run, peers: dict, peer_notes: list[str]) -> None:
 
     versions = _versions()
     say(f"device {versions['device']} ({versions['backend']}, {versions['platform_version']})")
-    say(f"jax {versions['jax']}, jaxlib {versions['jaxlib']}")
+    say(f"jax {versions['jax']}, jaxlib {versions['jaxlib']}, {versions['cuda_packages']}")
     print(jax.print_environment_info(return_string=True), flush=True)
     meta = metadata(run.plan.mode, run.plan.repeats, peers)
-    meta.update(versions, dry_run=run.dry, budget_s=round(run.end - run.start), plan=dict(
+    plan = dict(
         stages=run.plan.stages, sweep_sizes=run.plan.sweep_sizes, repeats=run.plan.repeats
-    ))
+    )
+    meta.update(versions, dry_run=run.dry, budget_s=round(run.end - run.start), plan=plan)
     say("peers found: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     for note in peer_notes:
         run.note(note)
@@ -223,7 +237,8 @@ def workload_stage(run: Run, workload_id: str, peers: dict, cache: dict) -> None
     assert workload.cases is not None
     for case in workload.cases(size, peers):
         if time.perf_counter() > deadline:
-            run.note(f"{case.label} skipped: the stage's {run.plan.stages[workload_id]} s are spent")
+            spent = run.plan.stages[workload_id]
+            run.note(f"{case.label} skipped: the stage's {spent} s are spent")
             continue
         run.add_rows(add_ratios(measure_case(case, run.plan.repeats, run.plan.case_s, cache)))
 
