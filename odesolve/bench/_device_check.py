@@ -20,8 +20,9 @@ import numpy as np
 from ._problems import LOTKA_VOLTERRA_RATES, lotka_volterra, neural_field
 
 # Largest relative difference allowed between backends, per dtype (solved at rtol 1e-8
-# in float64 and 1e-6 in float32).
-BOUNDS = {"float64": 1e-6, "float32": 1e-3}
+# in float64 and 1e-6 in float32): a step accepted on one backend and rejected on the
+# other moves a result by about the tolerance, times the problem's conditioning.
+BOUNDS = {"float64": 1e-5, "float32": 1e-3}
 
 
 @dataclasses.dataclass(frozen=True)
