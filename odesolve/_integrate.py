@@ -28,6 +28,7 @@ from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._hints import forward_mode_named
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
+from ._resume import Resume, resume_from, resumed
 from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result, UnsupportedCombination
 from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
@@ -55,9 +56,9 @@ def diffeqsolve(
     max_steps: int | None = 4096,
     throw: bool = True,
     progress_meter: AbstractProgressMeter = NoProgressMeter(),
-    solver_state: None = None,
-    controller_state: None = None,
-    made_jump: None = None,
+    solver_state: PyTree = None,
+    controller_state: PyTree = None,
+    made_jump: Any = None,
     discrete_terminating_event: AbstractDiscreteTerminatingEvent | None = None,
 ) -> Solution:
     """Solve dy/dt = f(t, y, args) from t0 to t1 (Diffrax's signature, ODE subset).
@@ -81,8 +82,9 @@ def diffeqsolve(
       `NoProgressMeter()` (the default), `TextProgressMeter()` or `TqdmProgressMeter()`.
     - `discrete_terminating_event`: Diffrax's deprecated form of a boolean `event`
       (`DiscreteTerminatingEvent`); it warns, and is run as that `Event`.
-    - `solver_state`, `controller_state`, `made_jump`: must be None. They are accepted
-      for Diffrax's signature, but resuming a solve is not supported (`ValueError`).
+    - `solver_state`, `controller_state`, `made_jump`: resume a solve where another
+      ended, from what it saved with `SaveAt(solver_state=True, controller_state=True,
+      made_jump=True)` (see `_resume`); None starts afresh.
     """
     check_kinds(
         solver=solver,
@@ -105,16 +107,6 @@ def diffeqsolve(
             "continuous adjoint does not differentiate the event time. Use "
             "RecursiveCheckpointAdjoint() (the default) or DirectAdjoint()."
         )
-    for name, value in (
-        ("solver_state", solver_state),
-        ("controller_state", controller_state),
-        ("made_jump", made_jump),
-    ):
-        if value is not None:
-            raise ValueError(
-                f"{name}=...: resuming a solve from a saved state is not supported; pass "
-                "None, and start the next solve from the last state (sol.ys) instead."
-            )
     if not jtu.tree_leaves(y0):
         terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
     if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
@@ -144,6 +136,7 @@ def diffeqsolve(
         num_steps=inputs.num_steps if event is None else None,
         static_times=static_times(t0, t1, dt0, saveat, stepsize_controller, event),
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
+        resume=resume_from(solver_state, controller_state, made_jump),
     )
     with forward_mode_named(adjoint):
         sol = solve(adjoint=adjoint)
@@ -210,6 +203,7 @@ def _solve(
     num_steps: int | None,
     static_times: bool,
     batch: int,
+    resume: Resume | None,
 ) -> Solution:
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
@@ -247,6 +241,8 @@ def _solve(
     )
     y0_flat = spec.ravel(y0)
     init = _step.initial_state(config, params, y0_flat, input_checks(config, params), meter_last)
+    differentiable = not (adjoint.continuous or adjoint.implicit)
+    init = resumed(init, resume, config.needs_error, differentiable)
     loop = Loop(
         cond=lambda p, s: _step.keep_going(config, p, s),
         body=lambda p, s: _step.step(config, p, s),

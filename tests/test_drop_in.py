@@ -513,8 +513,8 @@ def test_saveat_returns_the_final_solver_and_controller_state(controller, dt0):
         np.testing.assert_allclose(jax.grad(loss)(2.0, adjoint), by_differences, rtol=1e-6)
     with pytest.raises(NotImplementedError, match="state"):
         jax.grad(loss)(2.0, ode.BacksolveAdjoint())
-    with pytest.raises(ValueError, match="resuming"):
-        ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, solver_state=full.solver_state)
+    with pytest.raises(ValueError, match=r"solver_state=\.\.\. does not match"):
+        ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, solver_state=jnp.zeros(7))
 
 
 def test_a_wrapper_passes_for_the_solver_it_wraps():

@@ -238,10 +238,10 @@ def test_times_must_be_real_scalars(name):
         solve(**{name: "0.5"})
 
 
-def test_non_event_and_resuming_are_refused():
+def test_non_event_and_a_foreign_state_to_resume_from_are_refused():
     with pytest.raises(TypeError, match=r"event=<object.*odesolve.Event"):
         solve(event=object())
-    with pytest.raises(ValueError, match=r"controller_state=\.\.\."):
+    with pytest.raises(ValueError, match=r"controller_state=\.\.\. does not match.*SaveAt\(controller_state=True\)"):
         solve(controller_state=object())
 
 
