@@ -81,14 +81,19 @@ def forward_sweep(
         return jnp.where(active, k % tape_length if segmented else k, tape_length)
 
     def keep_segment_start(
-        states: SlotTable, k: Scalar, carry: PyTree, active: Bool[ArrayLike, ""]
-    ) -> SlotTable:
-        """`Segments`: store the carry before tick k if k starts a segment."""
+        states: SlotTable, k: Scalar, carry: PyTree, sched: PyTree, active: Bool[ArrayLike, ""]
+    ) -> tuple[SlotTable, PyTree]:
+        """`Segments`: store the carry before tick k if k starts a kept segment, the
+        kept states moved first where the stride doubles. Returns the states and the
+        schedule's new state."""
         if not segmented:
-            return states
-        starts, slot, _, _ = schedule.store(k, None, None, active)
-        states = cast(Rows, states)  # segmented: the state before each segment
-        return put_state(states, jnp.where(starts & active, slot, schedule.slots), carry, packing)
+            return states, sched
+        kept, slot, _, new_sched = schedule.store(k, sched, None, active)
+        states = cast(Rows, states)  # segmented: the state before each kept segment
+        if schedule.starts is not None:  # thinned as the loop runs
+            states = schedule.thin(states, sched, new_sched)
+        row = jnp.where(kept & active, slot, schedule.slots)
+        return put_state(states, row, carry, packing), tree_where(active, new_sched, sched)
 
     def record(
         k: Scalar,
@@ -105,7 +110,7 @@ def forward_sweep(
         if taping:  # every state, at its tick's row
             assert rows is not None  # taping
             row = tape_row(k, active)
-            slot_index = keep_segment_start(slot_index, k, carry, active)
+            slot_index, sched = keep_segment_start(slot_index, k, carry, sched, active)
             return rows.put_carry(slots, row, carry), slot_index, sched, row
         # A schedule leaves an inactive sample's table as it is.
         table = cast(SlotIndex, slot_index)  # not segmented: a slot table
@@ -151,7 +156,7 @@ def forward_sweep(
         k, carry, prev, sched = small
         slots, slot_index, decisions = large
         if taping:
-            slot_index = keep_segment_start(slot_index, k, carry, active)
+            slot_index, sched = keep_segment_start(slot_index, k, carry, sched, active)
             new, slots = linearised_step(carry, slots, tape_row(k, active), active)
         elif linearising:
             slots, slot_index, sched, row = record(k, carry, slots, slot_index, sched, active)

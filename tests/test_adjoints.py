@@ -277,13 +277,20 @@ def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
         assert relative_error(hvp(loss), hvp(direct)) <= 1e-9
 
 
-@pytest.mark.parametrize("length", [3, 100], ids=["re-taped", "one-segment"])
-def test_taped_segments_gradient_matches_unrolled_loop(length, pid_reference, monkeypatch):
+@pytest.mark.parametrize(
+    "length, starts",
+    [(3, None), (3, 2), (100, None)],
+    ids=["re-taped", "thinned", "one-segment"],
+)
+def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_reference, monkeypatch):
     """Taped segments (the default adjoint's choice for adaptive steps when a tape of the
     bound does not fit): segments of 3 ticks, every one but the last run again from its
-    state with the step sizes replayed, and one segment holding the whole solve. Under
-    jit with leak checks; with 3, also under vmap and forward over reverse."""
-    monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(length, ticks)))
+    state with the step sizes replayed; the same with only 2 states kept, thinned as the
+    solve runs, so that most segments are first reached by bare steps from an earlier
+    state; and one segment holding the whole solve. Under jit with leak checks; with 3,
+    also under vmap and forward over reverse."""
+    chosen = classmethod(lambda cls, ticks, *_: cls(length, ticks, starts))
+    monkeypatch.setattr(Segments, "fit", chosen)
     adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
     value_and_grad = jax.jit(jax.value_and_grad(_pid_loss, argnums=(0, 1)), static_argnums=2)
     with checking_leaks():

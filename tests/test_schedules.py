@@ -351,6 +351,19 @@ def test_taped_segments_exact_order(monkeypatch):
     np.testing.assert_allclose(log[10 + 1 :], [0.4, 0.5, 0.6, 0.7, 0.0, 0.1, 0.2, 0.3], atol=1e-12)
 
 
+def test_thinned_segments_exact_order(monkeypatch):
+    # Segments of 2 ticks, at most 2 states kept: before segments 0 and 1, then (the
+    # stride doubling at segment 2) 0 and 2, then 0 and 4. The last segment, [8, 9], is
+    # on the tape; each earlier one is run again from tick 0, bare up to its first tick,
+    # then linearised.
+    monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(2, ticks, 2)))
+    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    log = euler_gradient_log(10, adjoint, traced_t1=True)
+    np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
+    runs = [np.arange(end) / 10 for end in (8, 6, 4, 2)]
+    np.testing.assert_allclose(log[10 + 1 :], np.concatenate(runs), atol=1e-12)
+
+
 @pytest.mark.parametrize("n", [10, 4_096, 100_000])
 @pytest.mark.parametrize("budget", [2_000, 16_000, 4 * 2**20])
 def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
@@ -361,7 +374,13 @@ def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
         assert not any(fits(length) for length in range(2, n))
         return
     length = segments.length
-    assert 2 <= length < n and fits(length)
+    assert 2 <= length < n
+    if segments.starts is not None:  # thinned: a fixed number of states, the tape longer
+        assert segments.slots * length < n
+        assert (length + 1) * row + (segments.starts + 1) * state <= budget
+        assert length >= max((l for l in range(2, min(n, 2_000)) if fits(l)), default=0)
+        return
+    assert fits(length)
     assert segments.slots * length >= n  # the segments cover the bound
     assert not any(fits(longer) for longer in range(length + 1, min(n, length + 2_000)))
 
@@ -375,7 +394,8 @@ def _adaptive_loop() -> Loop:
 
 def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     # A state of 120 bytes: 16 KiB per sample holds taped segments of the bound; 4 KiB
-    # (4 MiB shared by 1024 samples) does not, and would thin online slots.
+    # (4 MiB shared by 1024 samples) holds a tape of 24 ticks beside 8 states thinned as
+    # the solve runs, whatever max_steps; 1 KiB only online slots.
     state = jnp.zeros(30, jnp.float32)
     default = ode.RecursiveCheckpointAdjoint()
     assert default.budget_per_solve(1) == 4 * 2**20
@@ -386,4 +406,7 @@ def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     # A budget the caller sets is shared by the batch, however large.
     explicit = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
     assert explicit.budget_per_solve(1024) == 4 * 2**10
-    assert isinstance(explicit.choose_schedule(_adaptive_loop(), state, batch_size=1024), Online)
+    thinned = explicit.choose_schedule(_adaptive_loop(), state, batch_size=1024)
+    assert thinned == Segments(24, 4116, 8)
+    small = ode.RecursiveCheckpointAdjoint(memory_budget=2**20)
+    assert isinstance(small.choose_schedule(_adaptive_loop(), state, batch_size=1024), Online)

@@ -15,6 +15,7 @@ from equinox import AbstractVar
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._loop import Buffers, Loop, Write
+from .._packing import Rows
 from .._sweep import Cotangents, SlotIndex, Sweep
 
 # What `store` returns: whether to store, the slot, the slot table, the schedule's state.
@@ -28,7 +29,7 @@ class AbstractSchedule(eqx.Module):
     - `tapes`: every tick's row is stored at the forward sweep (a step's residuals, the
       carry before an emit), so that the reverse sweep never evaluates a step again.
     - `segmented`: taping reuses one tape of `length` rows and keeps the state before
-      each segment.
+      each segment (or, with `starts`, before every few, moved by `thin` as it runs).
     - `keeps_residuals`: beside each stored state, the residuals of the step from it;
       `in_order(state)` says whether they still serve.
     - `skips_ahead`: the ticks that store are known ahead (`next_store`): the forward
@@ -46,6 +47,9 @@ class AbstractSchedule(eqx.Module):
         def length(self) -> int: ...
         @property
         def num_ticks(self) -> int: ...
+        @property
+        def starts(self) -> int | None: ...
+        def thin(self, states: "Rows", old: Int[Array, ""], new: Int[Array, ""]) -> "Rows": ...
         def in_order(self, state: PyTree) -> Bool[Array, ""]: ...
         def next_store(self, k: Int[Array, ""], state: PyTree) -> Int[Array, ""]: ...
     else:
