@@ -6,7 +6,12 @@ one order lower is the second-to-last stage (also L-stable), so the error estima
 difference of the last two stage values. Kvaerno3 and Kvaerno4 are given in the paper as
 functions of gamma, the L-stable root of a polynomial (below, to full double precision);
 Kvaerno5's coefficients are the paper's decimals. Dense output is the cubic Hermite
-interpolant through y0, y1 and the derivatives there (the first and last stages).
+interpolant through y0, y1 and the derivatives there (the first and last stages) for
+Kvaerno3 and implicit Euler. A cubic between the long steps of Kvaerno5 is far less
+accurate than the steps themselves (200 times the tolerance midway through a step of
+Robertson's problem at rtol 1e-8), so Kvaerno5's dense output is a fourth-order
+continuous extension of its stages, and Kvaerno4's a third-order one; both are also of
+order 3 in stiff components, where a cubic Hermite is not (see `_continuous_extension`).
 
 Implicit Euler (Hairer & Wanner II, sec. IV.3) is the one-stage method y1 = y0 + h f(t1, y1),
 written with an explicit first stage k0 = f(t0, y0) that only serves its error estimate,
@@ -15,21 +20,40 @@ h (k1 - k0) / 2 (the difference from the trapezoidal rule), as Diffrax's does.
 
 import numpy as np
 
+from ._continuous_extension import continuous_extension
 from ._implicit import AbstractImplicitRungeKutta
 from ._tableau import ImplicitTableau, hermite_interpolation, linear_interpolation
 
 
-def _esdirk(c, a, gamma, order, embedded_row, interpolation=hermite_interpolation):
+def _esdirk(c, a, gamma, order, embedded_row, dense_order=None):
     """A stiffly accurate ESDIRK tableau whose embedded solution is stage `embedded_row`
     (an index into `a`): b is the last row with gamma on the diagonal, and
-    b_error = b - (embedded row with gamma, padded with zeros)."""
+    b_error = b - (embedded row with gamma, padded with zeros). Dense output: the
+    continuous extension of `dense_order` from the stages (degree dense_order), or the
+    cubic Hermite interpolant (None)."""
     b = tuple(a[-1]) + (gamma,)
     embedded = tuple(a[embedded_row]) + (gamma,)
     embedded = embedded + (0.0,) * (len(b) - len(embedded))
     b_error = tuple(x - y for x, y in zip(b, embedded))
+    if dense_order is None:
+        interp = hermite_interpolation(b)
+    else:
+        full = _full_matrix(a, gamma)
+        interp = continuous_extension(full, np.array(b), dense_order, 4, stiff_order=3)
     return ImplicitTableau(
-        c=c, a=a, gamma=gamma, b=b, b_error=b_error, interp=interpolation(b), order=order
+        c=c, a=a, gamma=gamma, b=b, b_error=b_error, interp=interp, order=order
     )
+
+
+def _full_matrix(a, gamma) -> np.ndarray:
+    """The (s, s) coefficient matrix: the strictly lower rows `a` and gamma on the
+    diagonal of every stage after the explicit first."""
+    s = len(a) + 1
+    full = np.zeros((s, s))
+    for i, row in enumerate(a):
+        full[i + 1, : i + 1] = row
+        full[i + 1, i + 1] = gamma
+    return full
 
 
 def _kvaerno3() -> ImplicitTableau:
@@ -68,7 +92,8 @@ def _kvaerno4() -> ImplicitTableau:
         ),
     )
     c = (0.0, 2 * g, g + a31 + a32, 1.0, 1.0)
-    return _esdirk(tuple(float(x) for x in c), _floats(a), float(g), order=4, embedded_row=2)
+    times = tuple(float(x) for x in c)
+    return _esdirk(times, _floats(a), float(g), order=4, embedded_row=2, dense_order=3)
 
 
 def _kvaerno5() -> ImplicitTableau:
@@ -95,7 +120,7 @@ def _kvaerno5() -> ImplicitTableau:
         ),
     )
     c = (0.0,) + tuple(sum(row) + g for row in a)
-    return _esdirk(c, a, g, order=5, embedded_row=4)
+    return _esdirk(c, a, g, order=5, embedded_row=4, dense_order=4)
 
 
 def _floats(rows) -> tuple:
@@ -130,15 +155,15 @@ class Kvaerno3(AbstractImplicitRungeKutta):
 
 
 class Kvaerno4(AbstractImplicitRungeKutta):
-    """Kvaerno's 4(3) ESDIRK: 5 stages (4 implicit), L-stable, stiffly accurate, cubic
-    Hermite dense output. Its second stage is evaluated past t1 (c = 1.15...)."""
+    """Kvaerno's 4(3) ESDIRK: 5 stages (4 implicit), L-stable, stiffly accurate, dense
+    output of order 3 from its stages. Its second stage is evaluated past t1 (c = 1.15...)."""
 
     tableau = _kvaerno4()
 
 
 class Kvaerno5(AbstractImplicitRungeKutta):
-    """Kvaerno's 5(4) ESDIRK: 7 stages (6 implicit), L-stable, stiffly accurate, cubic
-    Hermite dense output. The first choice for stiff problems at tight tolerances. Its
-    third stage is evaluated past t1 (c = 1.23...)."""
+    """Kvaerno's 5(4) ESDIRK: 7 stages (6 implicit), L-stable, stiffly accurate, dense
+    output of order 4 from its stages. The first choice for stiff problems at tight
+    tolerances. Its third stage is evaluated past t1 (c = 1.23...)."""
 
     tableau = _kvaerno5()
