@@ -10,7 +10,8 @@ Modules, one concern each: `_problems` (the equations), `_workloads` (W1-W7 as s
 their targets), `_peers` (which libraries, how to install them, adapters), `_torch` (the
 PyTorch peers' adapters, imported only when one is installed), `_limit` (the fixed-step
 scan), `_reference` (tight scipy solutions), `_measure` (compile, time, memory), `_run`
-(selection and order), `_report` (table, JSON, plot), `_kernels` (kernels per step from
+(selection and order), `_device` (`--device`), `_header` (the run's opening lines:
+device, versions, peers), `_report` (table, JSON, plot), `_kernels` (kernels per step from
 the compiled HLO), `_w10` (the small-field ensemble). On a GPU, `benchmarks/gpu.sh` runs
 `_gpu` (stages within a time budget), `_device_check` (GPU against the CPU backend) and
 `_sweep` (ensemble scaling).

@@ -25,6 +25,7 @@ class Peer:
       reported rather than silently ignored.
     - `notes`: what a reader of the table must know about its rows (printed once each,
       when it is installed).
+    - `role`: for a library the bench uses but does not measure (`TOOLS`), what for.
     """
 
     name: str
@@ -32,6 +33,7 @@ class Peer:
     install: str
     adapted: bool = True
     notes: tuple[str, ...] = ()
+    role: str = ""
 
     def load(self) -> ModuleType | None:
         """The imported module, or None when it is not installed."""
@@ -59,14 +61,36 @@ _TORCHODE_NOTE = (
     _TORCH_NOTE,
 )
 
+# The bench's own extra: Diffrax, scipy and matplotlib.
+BENCH_EXTRA = 'pip install -e ".[bench]"'
+
 PEERS = (
     Peer("odesolve", "odesolve", "pip install -e ."),
-    Peer("diffrax", "diffrax", "pip install diffrax  (or: pip install -e '.[bench]')"),
+    Peer("diffrax", "diffrax", BENCH_EXTRA),
     Peer("jax.experimental.ode", "jax.experimental.ode", "it ships with jax"),
     # The PyTorch solvers run outside XLA, eagerly, and need a torch install of their own.
     Peer("torchdiffeq", "torchdiffeq", _TORCH_INSTALL + " torchdiffeq", notes=_TORCHDIFFEQ_NOTE),
     Peer("torchode", "torchode", _TORCH_INSTALL + " torchode", notes=_TORCHODE_NOTE),
 )
+
+
+# Not measured, but behind two of the bench's outputs.
+TOOLS = (
+    Peer("scipy", "scipy", BENCH_EXTRA, role="reference solutions, the error column"),
+    Peer("matplotlib", "matplotlib", BENCH_EXTRA, role="the chart"),
+)
+
+
+def installed(candidates: tuple[Peer, ...]) -> tuple[dict[str, ModuleType], list[Peer]]:
+    """Of `candidates`, the installed modules by name and the peers that are missing."""
+    found, missing = {}, []
+    for peer in candidates:
+        module = peer.load()
+        if module is None:
+            missing.append(peer)
+        else:
+            found[peer.name] = module
+    return found, missing
 
 
 def load_peers() -> tuple[dict[str, ModuleType], list[str]]:

@@ -72,6 +72,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def error_lines(rows: list[dict]) -> str:
+    """What the error column compares, per workload (per case where a workload's cases
+    differ), against the references named at the start of the run."""
+    measures: dict[str, dict[str, str]] = {}
+    for row in rows:
+        if row.get("error_of"):
+            measures.setdefault(row["workload"], {})[row["case"]] = row["error_of"]
+    parts = []
+    for workload, by_case in measures.items():
+        if len(set(by_case.values())) == 1:
+            parts.append(f"{workload}: {next(iter(by_case.values()))}")
+        else:
+            parts += [f"{case}: {measure}" for case, measure in by_case.items()]
+    return "error, against the reference: " + ("; ".join(parts) if parts else "none measured")
+
+
 def target_lines(targets: dict) -> str:
     """One line per workload: its target, whether odesolve met it, and the figures."""
     verdict = {True: "met", False: "NOT met", None: "undecided"}
@@ -121,8 +137,8 @@ def write_json(path: Path, results: dict) -> None:
 
 def write_plot(path: Path, rows: list[dict], targets: dict, smoke: bool = False) -> bool:
     """Horizontal bars of each library's ratio to Diffrax per case (log scale), with the
-    line at 1 (Diffrax) and odesolve's target for each workload; a smoke run's plot says
-    so and draws no targets. False without matplotlib."""
+    line at 1 (Diffrax) and odesolve's target for each workload in `targets` (empty: none
+    drawn); a smoke run's plot says so and draws no targets. False without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -136,15 +152,17 @@ def write_plot(path: Path, rows: list[dict], targets: dict, smoke: bool = False)
     positions = range(len(bars))[::-1]
     colors = ["tab:blue" if r["library"].startswith("odesolve") else "tab:gray" for r in bars]
     ax.barh(list(positions), [r["ratio"] for r in bars], color=colors)
+    marked = False
     for y, row in zip(positions, bars):
         goal = None if smoke else targets.get(row["workload"], {}).get("ratio")
         if goal is not None and row["library"].startswith("odesolve"):
             ax.plot([goal, goal], [y - 0.4, y + 0.4], color="tab:red", linewidth=2)
+            marked = True
     ax.set_yticks(list(positions), [f"{r['case']}  {r['library']}" for r in bars], fontsize=7)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
     xlabel = "time / diffrax's time, same run (W7: compile time)"
-    ax.set_xlabel(xlabel if smoke else f"{xlabel}; red: target")
+    ax.set_xlabel(f"{xlabel}; red: target" if marked else xlabel)
     title = f"odesolve.bench on {jax.default_backend()}: lower is better"
     if smoke:
         title = f"odesolve.bench --smoke on {jax.default_backend()}: tiny sizes, not a measurement"
