@@ -292,8 +292,11 @@ def test_implicit_user_solver_and_a_step_without_an_error_estimate():
         )  # fmt: skip
 
 
-def test_user_solver_without_an_interpolation_is_refused_with_the_fix():
-    solver = heun(ode)()
-    bare = type("Bare", (type(solver),), {"interpolation_cls": None})()
-    with pytest.raises(TypeError, match="interpolation_cls"):
+def test_user_solver_without_an_interpolation_or_of_several_terms_is_refused_with_the_fix():
+    base = type(heun(ode)())
+    bare = type("Bare", (base,), {"interpolation_cls": None})()
+    with pytest.raises(TypeError, match="interpolation_cls = LocalLinearInterpolation"):
         ode.diffeqsolve(ode.ODETerm(_forced), bare, 0.0, 1.0, 0.1, _Y0, 0.7)
+    imex = type("Imex", (base,), {"term_structure": ode.MultiTerm[tuple[ode.ODETerm, ode.ODETerm]]})()
+    with pytest.raises(TypeError, match="term_structure.*set term_structure = ODETerm"):
+        ode.diffeqsolve(ode.ODETerm(_forced), imex, 0.0, 1.0, 0.1, _Y0, 0.7)

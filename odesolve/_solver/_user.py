@@ -15,7 +15,7 @@ adjoint, and odesolve's own solvers keep their direct path.
   for Diffrax's local interpolations, polynomials of degree 1, 3 and 4.
 """
 
-from typing import Any, final
+from typing import Any, final, get_origin
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Float
 
 from .._flat import FlatSpec, PyTree
 from .._results import RESULTS
-from .._term import ODETerm
+from .._term import MultiTerm, ODETerm
 from ._base import AbstractSolver, StepContext, StepField, StepResult, writes_diffrax_steps
 from ._kinds import AbstractWrappedSolver
 
@@ -89,7 +89,7 @@ class UserSolver(AbstractWrappedSolver):
                 "its step returns."
             )
         structure = self.solver.term_structure
-        if isinstance(structure, (tuple, list)) or getattr(structure, "__origin__", None):
+        if isinstance(structure, (tuple, list)) or get_origin(structure) is MultiTerm:
             raise TypeError(
                 f"{name}.term_structure = {structure!r}: a solver written in Diffrax's "
                 "interface is given one ODETerm here (a MultiTerm of ODE terms is summed "
