@@ -56,12 +56,16 @@ def crank_nicolson(lib):
 
 def heun(lib, interpolation="LocalLinearInterpolation"):
     """Heun's method with embedded Euler on any PyTree state; its dense output is
-    linear or cubic Hermite (the step's end slopes)."""
+    linear, cubic Hermite (the step's end slopes) or quartic (through a midpoint made of
+    the stages, `c_mid`)."""
     tree = jax.tree_util.tree_map
+    dense_output = getattr(lib, interpolation)
+    if interpolation.startswith("FourthOrder"):
+        dense_output = type("Quartic", (dense_output,), {"c_mid": np.array([0.25, 0.25, 0.0])})
 
     class Heun(lib.AbstractAdaptiveSolver):
         term_structure = lib.ODETerm
-        interpolation_cls = getattr(lib, interpolation)
+        interpolation_cls = dense_output
 
         def order(self, terms):
             return 2
@@ -76,9 +80,12 @@ def heun(lib, interpolation="LocalLinearInterpolation"):
             f1 = terms.vf(t1, euler, args)
             y1 = tree(lambda y, a, b: y + 0.5 * dt * (a + b), y0, f0, f1)
             dense_info = dict(y0=y0, y1=y1)
+            ends = tree(lambda f: dt * f, terms.vf(t1, y1, args))
             if interpolation.startswith("ThirdOrder"):
-                ends = tree(lambda y, f: dt * f, y1, terms.vf(t1, y1, args))
                 dense_info.update(k0=tree(lambda f: dt * f, f0), k1=ends)
+            if interpolation.startswith("FourthOrder"):
+                stages = (tree(lambda f: dt * f, f0), tree(lambda f: dt * f, f1), ends)
+                dense_info.update(k=tree(lambda *k: jnp.stack(k), *stages))
             error = tree(lambda a, b: a - b, y1, euler)
             return y1, error, dense_info, None, lib.RESULTS.successful
 
@@ -139,6 +146,7 @@ def test_crank_nicolson_of_the_heat_example_agrees_with_diffrax(adaptive):
     [
         "LocalLinearInterpolation",
         pytest.param("ThirdOrderHermitePolynomialInterpolation", marks=pytest.mark.matrix),
+        pytest.param("FourthOrderPolynomialInterpolation", marks=pytest.mark.matrix),
     ],
 )
 def test_adaptive_user_solver_saves_as_diffrax(interpolation):
