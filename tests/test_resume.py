@@ -107,3 +107,13 @@ def test_a_resumed_solve_carries_the_solver_state_on():
         ode.diffeqsolve(ode.ODETerm(_forced_oscillator), solver, 0.0, 1.0, 0.1, _Y0, k).ys[-1], k,
     ).ys[-1]  # fmt: skip
     assert not np.allclose(afresh, whole, rtol=1e-12, atol=0)
+
+
+@pytest.mark.matrix
+def test_a_split_reversible_solve_differentiates_as_the_whole_one():
+    k, solver, adjoint = jnp.asarray(2.0), ode.ReversibleHeun(), ode.ReversibleAdjoint()
+    split = lambda k: _split(ode, ode.ConstantStepSize(), k, adjoint, solver=solver)[0][0]
+    whole = lambda k: ode.diffeqsolve(
+        ode.ODETerm(_forced_oscillator), solver, 0.0, 2.0, 0.1, _Y0, k, adjoint=adjoint
+    ).ys[-1][0]
+    np.testing.assert_allclose(jax.grad(split)(k), jax.grad(whole)(k), rtol=1e-12)
