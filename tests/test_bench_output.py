@@ -52,25 +52,38 @@ def test_without_scipy_the_bench_stops_with_one_sentence(monkeypatch, capsys):
     _without(monkeypatch, "scipy")
     assert bench_main.main(["--smoke"]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and 'scipy' in error and 'pip install -e ".[bench]"' in error
+    assert error.count("\n") == 0 and "scipy" in error and 'pip install -e ".[bench]"' in error
 
 
 def _canned_run(library_ratio: float | None):
     """A stand-in for `_run.run`: one W1 case, as a measured run would return it."""
     row = dict(
-        workload="W1", case="W1", library="odesolve", compile_s=1.0, compile_reused=False,
-        compiled=True, run_ms=0.5, ratio=library_ratio, steps=10, vf_evals=61, error=1e-6,
-        error_of="max |ys - ys_ref|", temp_bytes=1000, solves_per_s=None, batch=None,
+        workload="W1",
+        case="W1",
+        library="odesolve",
+        compile_s=1.0,
+        compile_reused=False,
+        compiled=True,
+        run_ms=0.5,
+        ratio=library_ratio,
+        steps=10,
+        vf_evals=61,
+        error=1e-6,
+        error_of="max |ys - ys_ref|",
+        temp_bytes=1000,
+        solves_per_s=None,
+        batch=None,
         kernels_per_step=20,
-    )  # fmt: skip
+    )
     rows = [row]
     if library_ratio is not None:
         rows.append(dict(row, library="diffrax", ratio=1.0, run_ms=0.5 / library_ratio))
 
     def run(only, mode, repeats):
         peers, _ = _peers.installed(_peers.PEERS)
-        return dict(rows=rows, notes=[], skipped={}, peers=peers, mode=mode, repeats=1,
-                    seconds=0.1)  # fmt: skip
+        return dict(
+            rows=rows, notes=[], skipped={}, peers=peers, mode=mode, repeats=1, seconds=0.1
+        )
 
     return run
 

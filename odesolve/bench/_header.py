@@ -6,6 +6,7 @@ import platform
 from types import ModuleType
 
 import jax
+import jaxlib
 
 from ._peers import PEERS, TOOLS, Peer, installed
 
@@ -34,8 +35,6 @@ def _named(name: str, module: ModuleType | None) -> str:
 
 
 def _device_line(device: jax.Device) -> str:
-    import jaxlib
-
     where = f"{device.platform}:{device.id} {device.device_kind}"
     if device.platform == "cpu":
         where += f", {os.cpu_count()} CPU cores"
@@ -78,7 +77,7 @@ def lines(device: jax.Device, mode: str, repeats: int) -> list[str]:
         f"{_named('odesolve.bench', found.get('odesolve'))}: {MODES[mode]}, "
         + ("up to " + calls + " (a time budget per case)" if mode == "quick" else calls),
         _device_line(device),
-        _found_line("peers", found, PEERS[1:]),
+        _found_line("peers", found, tuple(p for p in PEERS if p.name != "odesolve")),
         _found_line("also uses", found, TOOLS),
         *_missing_lines(missing),
         ERROR_NOTE,
