@@ -16,7 +16,10 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   tape, a longer one runs each tick outside its last segment once more, linearised
   (`Segments`).
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
-  2 n / s ticks with the slots free at the time.
+  2 n / s ticks with the slots free at the time. With residuals beside each state
+  (`Online`) a solve of n <= s ticks is reversed as a tape; bare states (`States`, for
+  residuals much larger than a state) hold more ticks, each reversed by its VJP from
+  its state.
 - nested segments, d levels (n known, no `checkpoints` given, the tape too large): a few
   hundred |c| and a short tape of |r| rows even for n = 1e5; every tick runs d times
   bare (the forward sweep's included) and once linearised, never twice (`Nested`). The
@@ -44,11 +47,11 @@ from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
 from ._reversible import reversible_loop
-from ._schedule import Nested, Online, Revolve, Segments, Tape
+from ._schedule import Nested, Online, Revolve, Segments, States, Tape
 from ._sweep import num_ticks_bound
 
 # The checkpoint schedules `RecursiveCheckpointAdjoint(schedule=...)` accepts.
-SCHEDULES = ("tape", "segments", "online", "revolve", "nested")
+SCHEDULES = ("tape", "segments", "online", "states", "revolve", "nested")
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. Every stored byte is written once and read once, and a
@@ -61,6 +64,12 @@ DEFAULT_MEMORY_BUDGET = 4 * 2**20
 # recomputed, cost several times the tape's time while holding a tenth of the
 # gradient's memory.
 MIN_DEFAULT_BUDGET_PER_SOLVE = 16 * 2**10
+# How many times more ticks bare states must hold than taped rows (segments, or online
+# slots with residuals) before the default keeps states and recomputes each tick's VJP
+# from its state: a step whose residuals are many times its state (a field that takes
+# its own Jacobian, a wide network on a small state) would otherwise leave a tape of a
+# few ticks, re-taped or thinned over and over.
+RESIDUAL_RATIO = 4
 
 
 class AbstractAdjoint(eqx.Module):
@@ -176,8 +185,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
       with concrete times, `StepTo`), nested segments within the budget; with an
       unknown number (adaptive steps), taped segments: the longest tape of steps that
-      fits beside the state before each segment of the bound, so that a solve that
-      ends within one segment recomputes nothing; failing those, as many states as
+      fits beside the states before its segments (before each segment of the bound, or
+      at most 8, thinned as the loop runs), so that a solve that ends within one
+      segment recomputes nothing; where a step's residuals are so much larger than a
+      state that bare states hold `RESIDUAL_RATIO` times as many ticks, bare states,
+      each tick's VJP recomputed from its state; failing those, as many states as
       fit. A count of at least the loop's bound tapes. With a count and a known number
       of steps, states are placed by Griewank's binomial rule (optimal for that count);
       with an unknown number, by online thinning, which behaves as taping for as long
@@ -189,7 +201,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
     - `schedule`: None (default) chooses as above; a name forces one schedule, sized by
       `checkpoints` when given, else by `memory_budget`: `"tape"` (every step),
       `"segments"` (taped segments of `checkpoints` steps), `"online"` (online
-      thinning), `"revolve"` (binomial) and `"nested"` (nested segments). The last two
+      thinning), `"states"` (online thinning of bare states, no residuals),
+      `"revolve"` (binomial) and `"nested"` (nested segments). The last two
       need a number of steps known when traced and no output between steps.
     """
 
@@ -241,6 +254,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                     return nested
             if loop.num_steps is None:
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
+                states = min(per_solve // max(per_state, 1), bound)
+                if segments is not None and RESIDUAL_RATIO * segments.length >= states:
+                    return segments
+                if states >= max(2, RESIDUAL_RATIO * per_solve // max(per_slot, 1)):
+                    return States(states)
                 if segments is not None:
                     return segments
             slots = max(2, per_solve // max(per_slot, 1))
@@ -277,6 +295,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             slots += loop.max_emits
         if name == "revolve":
             return Revolve(min(slots, loop.num_steps), loop.num_steps)
+        if name == "states":
+            bare = per_solve // max(per_state, 1) if self.checkpoints is None else slots
+            return States(max(2, min(bare, bound)))
         return Online(min(slots, bound))
 
     def budget_per_solve(self, batch_size: int) -> int:

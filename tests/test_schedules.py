@@ -364,6 +364,22 @@ def test_thinned_segments_exact_order(monkeypatch):
     np.testing.assert_allclose(log[10 + 1 :], np.concatenate(runs), atol=1e-12)
 
 
+@pytest.mark.parametrize("slots", [None, 4], ids=["every-state", "thinned"])
+def test_bare_states_exact_order(slots):
+    # Bare states: the forward sweep stores states, no residuals. With a slot for every
+    # tick, each tick is reversed by its VJP from its own state: one evaluation each, last
+    # first, and nothing run forwards again. With 4 slots (after thinning: ticks 0, 4, 8),
+    # ticks between kept states are run forwards again (Griewank's rule for the gaps).
+    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=slots, schedule="states")
+    log = euler_gradient_log(10, adjoint, traced_t1=True)
+    np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
+    reverse = log[10 + 1 :]
+    if slots is None:
+        np.testing.assert_allclose(reverse, np.arange(9, -1, -1) / 10, atol=1e-12)
+    else:
+        assert 10 < len(reverse) <= 3 * 10
+
+
 @pytest.mark.parametrize("n", [10, 4_096, 100_000])
 @pytest.mark.parametrize("budget", [2_000, 16_000, 4 * 2**20])
 def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):

@@ -4,6 +4,7 @@ reverses the loop (see `_base.AbstractSchedule`).
 - `Tape`: every tick's row (a step's residuals): nothing is evaluated again.
 - `Segments`: a loop known by its bound only: one tape reused segment by segment.
 - `Online`: a loop known by its bound only: a fixed number of states, thinned as it runs.
+- `States`: likewise, bare states (no residuals), each tick's VJP recomputed from its state.
 - `Revolve`: a loop of known length: Griewank's binomial placement (`adjoints._binomial`).
 - `Nested`: a loop of known length: states at the start of nested segments, the
   innermost taped.
@@ -17,4 +18,5 @@ from .nested import Nested as Nested
 from .online import Online as Online
 from .revolve import Revolve as Revolve
 from .segments import Segments as Segments
+from .states import States as States
 from .tape import Tape as Tape
