@@ -705,3 +705,7 @@ WORKLOADS = {
 from ._w10 import W10  # noqa: E402
 
 WORKLOADS[W10.id] = W10
+from ._real_code import W2s, W8, W9  # noqa: E402
+
+for _workload in (W2s, W8, W9):
+    WORKLOADS[_workload.id] = _workload
