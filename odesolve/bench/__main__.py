@@ -1,4 +1,5 @@
-"""`python -m odesolve.bench [--full | --smoke] [--only W2,W4] [--out DIR] [--device cpu|gpu]`
+"""`python -m odesolve.bench [--full | --smoke] [--only W2,W4] [--out DIR] [--device cpu|gpu]
+[--targets]`
 
 Runs workloads W1-W7 (benchmarks/README.md) for odesolve and every installed peer in one
 process, prints a table (compile time, median run time, ratio to Diffrax, steps, vector-field
