@@ -131,6 +131,9 @@ from ._solver import (
     Euler as Euler,
 )
 from ._solver import HalfSolver as HalfSolver
+from ._solver import KenCarp3 as KenCarp3
+from ._solver import KenCarp4 as KenCarp4
+from ._solver import KenCarp5 as KenCarp5
 from ._solver import (
     Heun as Heun,
 )
@@ -156,6 +159,7 @@ from ._solver import (
 from ._solver import Reversible as Reversible
 from ._solver import ReversibleHeun as ReversibleHeun
 from ._solver import SemiImplicitEuler as SemiImplicitEuler
+from ._solver import Sil3 as Sil3
 from ._solver import (
     Tsit5 as Tsit5,
 )

@@ -2,7 +2,7 @@
 
 import abc
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_origin
 
 import equinox as eqx
 import jax.tree_util as jtu
@@ -125,10 +125,54 @@ class _Paired(eqx.Module):
         return (self.first.vf(t, y_2, args), self.second.vf(t, y_1, args))
 
 
+class OnePart(eqx.Module):
+    """The `args` of a call to a `SplitField` that asks for one of its parts: `which`
+    is 0 (the explicit part) or 1 (the implicit part). It passes through the flat,
+    rematerialised and traced wrappers of the field as `args` does."""
+
+    args: PyTree
+    which: int = eqx.field(static=True)
+
+
+class SplitField(eqx.Module):
+    """The field of `MultiTerm(ODETerm(explicit), ODETerm(implicit))` for a solver that
+    treats the two parts apart (an IMEX method): called with the user's `args` it is
+    the sum of both parts (for everything but the solver's stages: the first step size,
+    the continuous adjoint), called with `OnePart(args, which)` it is that part alone."""
+
+    parts: tuple[ODETerm, ODETerm]
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        if isinstance(args, OnePart):
+            return self.parts[args.which].vf(t, y, args.args)
+        return _sum([part.vf(t, y, args) for part in self.parts])
+
+    def map_parts(self, fn: Callable[[ODETerm], ODETerm]) -> "SplitField":
+        return SplitField((fn(self.parts[0]), fn(self.parts[1])))
+
+
+def _split_term(terms: Any) -> "ODETerm":
+    """`MultiTerm(ODETerm(f), ODETerm(g))` as one term whose field keeps its parts."""
+    given = terms.terms if isinstance(terms, MultiTerm) else ()
+    parts = [_as_ode_term(part) for part in given]
+    if len(parts) != 2 or parts[0] is None or parts[1] is None:
+        raise TypeError(
+            f"terms={terms!r}: this solver takes MultiTerm(ODETerm(explicit), "
+            "ODETerm(implicit)): the non-stiff part of the field, stepped explicitly, and "
+            "its stiff part, stepped implicitly (dy/dt is their sum)."
+        )
+    return ODETerm(SplitField((parts[0], parts[1])))
+
+
 def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
     """The `ODETerm` the step loop integrates. A solver of two terms
     (`term_structure` a pair, `SemiImplicitEuler`) takes `(ODETerm(f_1), ODETerm(f_2))`
-    on a state `(y_1, y_2)`, with dy_1/dt = f_1(t, y_2) and dy_2/dt = f_2(t, y_1)."""
+    on a state `(y_1, y_2)`, with dy_1/dt = f_1(t, y_2) and dy_2/dt = f_2(t, y_1). A
+    solver of a `MultiTerm[...]` of two terms (an IMEX method) takes
+    `MultiTerm(ODETerm(explicit), ODETerm(implicit))`, whose field keeps its parts
+    (`SplitField`)."""
+    if get_origin(term_structure) is MultiTerm:
+        return _split_term(terms)
     if not isinstance(term_structure, tuple):
         one = _as_ode_term(terms)
         if one is not None:

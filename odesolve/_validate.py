@@ -26,7 +26,7 @@ from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._base import AbstractSolver
-from ._term import ODETerm, as_one_term
+from ._term import ODETerm, SplitField, as_one_term
 
 
 class Inputs(eqx.Module):
@@ -163,6 +163,9 @@ def _check_save_ts(ts, c0, c1, time_dtype):
 def _traced_vector_field(terms, t0, y0, args):
     """Trace the vector field, once per solve (see `_closure`), and check that it
     returns y0's structure and shapes."""
+    if isinstance(terms.vector_field, SplitField):  # each part traced and checked alone
+        trace_part = lambda part: _traced_vector_field(part, t0, y0, args)
+        return ODETerm(terms.vector_field.map_parts(trace_part))
     try:
         traced = trace_once(terms.vf, t0, y0, args)
     except (TypeError, AttributeError, IndexError, KeyError) as e:

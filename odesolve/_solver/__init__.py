@@ -26,6 +26,9 @@ from .explicit import (
     Ralston as Ralston,
 )
 from .half import HalfSolver as HalfSolver
+from .kencarp import KenCarp3 as KenCarp3
+from .kencarp import KenCarp4 as KenCarp4
+from .kencarp import KenCarp5 as KenCarp5
 from .kvaerno import ImplicitEuler as ImplicitEuler
 from .kvaerno import Kvaerno3 as Kvaerno3
 from .kvaerno import Kvaerno4 as Kvaerno4
@@ -36,6 +39,7 @@ from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .root_finder import VeryChord as VeryChord
 from .root_finder import with_stepsize_controller_tols as with_stepsize_controller_tols
 from .semi_implicit_euler import SemiImplicitEuler as SemiImplicitEuler
+from .sil3 import Sil3 as Sil3
 from .tsit5 import Tsit5 as Tsit5
 
 # Diffrax's names for the same bases.
