@@ -7,7 +7,7 @@ system) with the same solver and step-size controller.
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_origin
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -22,7 +22,7 @@ from ._controller.pid import PIDController
 from ._flat import PyTree
 from ._results import ComplexStateWarning, UnsupportedCombination
 from ._saveat import SaveAt, SubSaveAt, save_y
-from ._term import ODETerm
+from ._term import MultiTerm, ODETerm
 
 
 def check_supported(saveat: SaveAt) -> None:
@@ -95,11 +95,15 @@ def continuous_problem(
     array (the controller's tolerances, dt0) is read from the loop's `params` when
     needed, never closed over: the adjoint calls these functions in its backward pass,
     outside the forward pass's trace."""
-    if adjoint.solver is None and isinstance(solver.term_structure, tuple):
+    structure = solver.term_structure
+    if adjoint.solver is None and (
+        isinstance(structure, tuple) or get_origin(structure) is MultiTerm
+    ):
         raise UnsupportedCombination(
-            f"BacksolveAdjoint() with solver={solver!r}: the adjoint system is not a pair "
-            "of terms, so it cannot be solved with this solver. Pass one for it, e.g. "
-            "BacksolveAdjoint(solver=Tsit5())."
+            f"BacksolveAdjoint() with solver={solver!r}: the adjoint system is one term, "
+            "not the several this solver takes, so it cannot be solved with this solver. "
+            "Pass one for it, e.g. BacksolveAdjoint(solver=Tsit5()) (or Kvaerno5() for a "
+            "stiff problem)."
         )
 
     def integrate(field, theta, z0, t0: Float[Array, ""], t1: Float[Array, ""], seminorm, params):

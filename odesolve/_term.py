@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar, get_origin
 
 import equinox as eqx
+import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._flat import PyTree, RealScalarLike
@@ -151,6 +152,20 @@ class SplitField(eqx.Module):
         return SplitField((fn(self.parts[0]), fn(self.parts[1])))
 
 
+class _NumberEverywhere(eqx.Module):
+    # A part of a split field that returns one number stands for that number in every
+    # component of y: Diffrax accepts `ODETerm(lambda t, y, args: 0)` for an absent part.
+    term: ODETerm
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        out = self.term.vf(t, y, args)
+        leaves, states = jtu.tree_leaves(out), jtu.tree_leaves(y)
+        scalar_state = len(states) == 1 and jnp.ndim(states[0]) == 0
+        if len(leaves) != 1 or jnp.ndim(leaves[0]) != 0 or scalar_state:
+            return out
+        return jtu.tree_map(lambda x: jnp.full(jnp.shape(x), leaves[0], jnp.result_type(x)), y)
+
+
 def _split_term(terms: Any) -> "ODETerm":
     """`MultiTerm(ODETerm(f), ODETerm(g))` as one term whose field keeps its parts."""
     given = terms.terms if isinstance(terms, MultiTerm) else ()
@@ -161,7 +176,8 @@ def _split_term(terms: Any) -> "ODETerm":
             "ODETerm(implicit)): the non-stiff part of the field, stepped explicitly, and "
             "its stiff part, stepped implicitly (dy/dt is their sum)."
         )
-    return ODETerm(SplitField((parts[0], parts[1])))
+    explicit, implicit = (ODETerm(_NumberEverywhere(part)) for part in parts)
+    return ODETerm(SplitField((explicit, implicit)))
 
 
 def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
