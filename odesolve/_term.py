@@ -169,8 +169,8 @@ class _NumberEverywhere(eqx.Module):
 def _split_term(terms: Any) -> "ODETerm":
     """`MultiTerm(ODETerm(f), ODETerm(g))` as one term whose field keeps its parts."""
     given = terms.terms if isinstance(terms, MultiTerm) else ()
-    parts = [_as_ode_term(part) for part in given]
-    if len(parts) != 2 or parts[0] is None or parts[1] is None:
+    parts = [term for term in map(_as_ode_term, given) if term is not None]
+    if len(given) != 2 or len(parts) != 2:
         raise TypeError(
             f"terms={terms!r}: this solver takes MultiTerm(ODETerm(explicit), "
             "ODETerm(implicit)): the non-stiff part of the field, stepped explicitly, and "
