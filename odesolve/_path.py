@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from equinox import AbstractVar
 
 from ._flat import PyTree, RealScalarLike
+from ._time import as_times
 
 
 class AbstractPath(eqx.Module):
@@ -28,7 +29,8 @@ class AbstractPath(eqx.Module):
 
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree:
         """dx/dt at `t` (one-sided at a jump, as `left` says)."""
-        t = jnp.asarray(t)
-        t = t if jnp.issubdtype(t.dtype, jnp.inexact) else t.astype(float)
-        _, slope = jax.jvp(lambda s: self.evaluate(s, left=left), (t,), (jnp.ones_like(t),))
+        (time,) = as_times(t)  # a tangent needs a float time: Python ints too
+        _, slope = jax.jvp(
+            lambda s: self.evaluate(s, left=left), (time,), (jnp.ones_like(time),)
+        )
         return slope
