@@ -40,7 +40,8 @@ def wrong_signature(fn: Callable, what: str, call: str, *args: Any, **kwargs: An
     try:
         sig.bind(*args, **kwargs)
     except TypeError:
-        return f"{what[0].upper()}{what[1:]} is called as {call}, but {_name(fn)}{sig} cannot take that"
+        what = what[0].upper() + what[1:]
+        return f"{what} is called as {call}, but {_name(fn)}{sig} cannot take that"
     return None
 
 

@@ -96,8 +96,8 @@ def _as_fresh(name: str, passed: PyTree, fresh: PyTree) -> PyTree:
     shapes = lambda leaves: [
         tuple(np.shape(x)) if eqx.is_array_like(x) else type(x).__name__ for x in leaves
     ]
-    # (jaxlib's stub for PyTreeDef declares no __eq__.)
-    if passed_def != fresh_def or shapes(passed_leaves) != shapes(fresh_leaves):  # type: ignore[operator]
+    same_def = passed_def == fresh_def  # type: ignore[operator]  # (jaxlib's stub: no __eq__)
+    if not same_def or shapes(passed_leaves) != shapes(fresh_leaves):
         raise ValueError(
             f"{name}=... does not match this solve's: it has structure {passed_def} with "
             f"shapes {shapes(passed_leaves)}, where this solver and controller carry "

@@ -171,7 +171,8 @@ def _traced_vector_field(terms, t0, y0, args):
     except (TypeError, AttributeError, IndexError, KeyError) as e:
         hint = _field_hint(terms.vector_field, e, t0, y0, args)
         if hint is not None:
-            raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}. {hint}.") from None
+            message = f"calling the vector field f(t0, y0, args) failed: {e}. {hint}."
+            raise TypeError(message) from None
         if not isinstance(e, TypeError):
             raise
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
@@ -239,7 +240,9 @@ def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controlle
             traced = trace_once(bound, t0, y0, args)
         except TypeError as e:
             call = "cond(t, y, args, **kwargs)"
-            signature = _hints.wrong_signature(cond, "an event condition", call, t0, y0, args, **kwargs)
+            signature = _hints.wrong_signature(
+                cond, "an event condition", call, t0, y0, args, **kwargs
+            )
             if signature is not None:
                 raise TypeError(
                     f"{signature}: the solve passes keyword arguments ({', '.join(kwargs)}), "

@@ -77,7 +77,8 @@ def test_y0_as_a_python_list_of_floats_names_the_array_to_pass():
         solve(y0=[1.0, 2.0, 3.0])
     # A list the field treats as one (indexes it, returns a list) is a valid PyTree state.
     listed = ode.ODETerm(lambda t, y, args: [y[1], -y[0]])
-    np.testing.assert_allclose(float(solve(terms=listed, y0=[1.0, 0.0]).ys[0][0]), np.cos(1.0), rtol=1e-4)
+    y1 = solve(terms=listed, y0=[1.0, 0.0]).ys[0][0]
+    np.testing.assert_allclose(float(y1), np.cos(1.0), rtol=1e-4)
 
 
 def test_a_field_reading_args_when_none_were_passed():
@@ -85,7 +86,8 @@ def test_a_field_reading_args_when_none_were_passed():
         rate, shift = args
         return -rate * y + shift
 
-    with pytest.raises(TypeError, match=r"cannot unpack.*`rate, shift = args`.*args=None.*args=\.\.\.") as info:
+    pattern = r"cannot unpack.*`rate, shift = args`.*args=None.*args=\.\.\."
+    with pytest.raises(TypeError, match=pattern) as info:
         solve(terms=ode.ODETerm(unpacks))
     assert info.value.__cause__ is None and info.value.__suppress_context__
     for field in (lambda t, y, args: -args["rate"] * y, lambda t, y, args: -args.rate * y):
@@ -95,10 +97,15 @@ def test_a_field_reading_args_when_none_were_passed():
 
 @pytest.mark.parametrize(
     "field, shown",
-    [(lambda y: -y, r"\(y\)"), (lambda t, y: -y, r"\(t, y\)"), (lambda t, y, args, extra: -y, r"\(t, y, args, extra\)")],
+    [
+        (lambda y: -y, r"\(y\)"),
+        (lambda t, y: -y, r"\(t, y\)"),
+        (lambda t, y, args, extra: -y, r"\(t, y, args, extra\)"),
+    ],
 )
 def test_a_field_with_the_wrong_signature(field, shown):
-    with pytest.raises(TypeError, match=rf"called as f\(t, y, args\), but <lambda>{shown}.*def f\(t, y, args\)"):
+    pattern = rf"called as f\(t, y, args\), but <lambda>{shown}.*def f\(t, y, args\)"
+    with pytest.raises(TypeError, match=pattern):
         solve(terms=ode.ODETerm(field))
 
 
@@ -111,12 +118,14 @@ def test_an_event_condition_without_keyword_arguments():
 @pytest.mark.parametrize("returned", [None, (1.0, 2.0), "stop", {"y": 1.0}])
 def test_an_event_condition_returning_no_array(returned):
     event = ode.Event(lambda t, y, args, **kwargs: returned)
-    with pytest.raises((ValueError, TypeError), match=r"event condition.*return.*scalar bool or a scalar float"):
+    pattern = r"event condition.*return.*scalar bool or a scalar float"
+    with pytest.raises((ValueError, TypeError), match=pattern):
         solve(event=event)
 
 
 def _end_value(adjoint):
-    return lambda k: solve(terms=ode.ODETerm(lambda t, y, k: -k * y), adjoint=adjoint, y0=jnp.ones(()), args=k).ys[0]
+    term = ode.ODETerm(lambda t, y, k: -k * y)
+    return lambda k: solve(terms=term, adjoint=adjoint, y0=jnp.ones(()), args=k).ys[0]
 
 
 @pytest.mark.parametrize("adjoint", [ode.RecursiveCheckpointAdjoint(), ode.BacksolveAdjoint()])
@@ -133,7 +142,8 @@ def test_forward_mode_under_grad_names_the_fix():
     value = _end_value(ode.ForwardMode())
     tangent = jax.jvp(value, (1.0,), (1.0,))[1]  # what ForwardMode() is for
     np.testing.assert_allclose(float(tangent), -np.exp(-1.0), rtol=1e-5)
-    with pytest.raises(RuntimeError, match=r"ForwardMode\(\) gives forward-mode derivatives only.*RecursiveCheckpointAdjoint"):
+    pattern = r"ForwardMode\(\) gives forward-mode derivatives only.*RecursiveCheckpointAdjoint"
+    with pytest.raises(RuntimeError, match=pattern):
         jax.grad(value)(1.0)
 
 
@@ -241,7 +251,8 @@ def test_times_must_be_real_scalars(name):
 def test_non_event_and_a_foreign_state_to_resume_from_are_refused():
     with pytest.raises(TypeError, match=r"event=<object.*odesolve.Event"):
         solve(event=object())
-    with pytest.raises(ValueError, match=r"controller_state=\.\.\. does not match.*SaveAt\(controller_state=True\)"):
+    pattern = r"controller_state=\.\.\. does not match.*SaveAt\(controller_state=True\)"
+    with pytest.raises(ValueError, match=pattern):
         solve(controller_state=object())
 
 

@@ -157,7 +157,8 @@ def test_adaptive_user_solver_saves_as_diffrax(interpolation):
         subs = [lib.SubSaveAt(ts=ts), lib.SubSaveAt(steps=True)]
         saveat = lib.SaveAt(subs=subs, dense=True)
         controller = lib.PIDController(rtol=1e-5, atol=1e-7)
-        sols[lib] = _solve(lib, heun(lib, interpolation)(), _forced, _Y0, controller, saveat, 0.7, 3.0)
+        solver = heun(lib, interpolation)()
+        sols[lib] = _solve(lib, solver, _forced, _Y0, controller, saveat, 0.7, 3.0)
     ours, theirs = sols[ode], sols[diffrax]
     n = int(theirs.stats["num_accepted_steps"])
     assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"])
@@ -234,9 +235,13 @@ def test_user_solver_forward_mode_equals_reverse_mode():
     solver = heun(ode)()
     a = jnp.asarray(0.7)
     saveat = ode.SaveAt(t1=True)
-    fixed = lambda a, adjoint: _solve(ode, solver, _forced, _Y0, ode.ConstantStepSize(), saveat, a, adjoint=adjoint).ys["v"][0]  # noqa: E501
+    def fixed(a, adjoint):
+        sol = _solve(ode, solver, _forced, _Y0, ode.ConstantStepSize(), saveat, a, adjoint=adjoint)
+        return sol.ys["v"][0]
+
     tangent = jax.jvp(lambda a: fixed(a, ode.ForwardMode()), (a,), (1.0,))[1]
-    np.testing.assert_allclose(float(tangent), float(jax.grad(lambda a: fixed(a, ode.DirectAdjoint()))(a)), rtol=1e-10)
+    gradient = jax.grad(lambda a: fixed(a, ode.DirectAdjoint()))(a)
+    np.testing.assert_allclose(float(tangent), float(gradient), rtol=1e-10)
 
 
 @pytest.mark.matrix
@@ -311,6 +316,7 @@ def test_user_solver_without_an_interpolation_or_of_several_terms_is_refused_wit
     bare = type("Bare", (base,), {"interpolation_cls": None})()
     with pytest.raises(TypeError, match="interpolation_cls = LocalLinearInterpolation"):
         ode.diffeqsolve(ode.ODETerm(_forced), bare, 0.0, 1.0, 0.1, _Y0, 0.7)
-    imex = type("Imex", (base,), {"term_structure": ode.MultiTerm[tuple[ode.ODETerm, ode.ODETerm]]})()
+    pair = ode.MultiTerm[tuple[ode.ODETerm, ode.ODETerm]]
+    imex = type("Imex", (base,), {"term_structure": pair})()
     with pytest.raises(TypeError, match="term_structure.*set term_structure = ODETerm"):
         ode.diffeqsolve(ode.ODETerm(_forced), imex, 0.0, 1.0, 0.1, _Y0, 0.7)

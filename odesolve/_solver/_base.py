@@ -82,7 +82,9 @@ class StepResult(eqx.Module):
 
 # The step loop's contract, which a solver written in Diffrax's interface does not
 # define: `diffeqsolve` runs such a solver through an adapter (`_user.UserSolver`).
-_LOOP_CONTRACT = frozenset({"start", "advance", "adaptive", "interpolation", "order", "error_order"})
+_LOOP_CONTRACT = frozenset(
+    {"start", "advance", "adaptive", "interpolation", "order", "error_order"}
+)
 # What Diffrax's `AbstractSolver` requires of a subclass.
 _DIFFRAX_INTERFACE = ("init", "step", "func")
 
