@@ -12,6 +12,7 @@ import jax
 import jax.tree_util as jtu
 from jaxtyping import Array, Float
 
+from ._dedupe import deduplicated
 from ._flat import FlatSpec, PyTree, in_state_dtype
 from ._term import ODETerm
 
@@ -66,6 +67,7 @@ class Rematerialised(eqx.Module):
                 f, a = eqx.combine(arrays, static)
                 return f(t, y, a)
 
-            self.one_trace.call = jax.checkpoint(call, prevent_cse=False)
+            # Merged repeats: the reverse sweep's cost does not depend on the spelling.
+            self.one_trace.call = jax.checkpoint(deduplicated(call), prevent_cse=False)
             self.one_trace.static = static
         return self.one_trace.call(arrays, t, y)
