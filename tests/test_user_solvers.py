@@ -320,3 +320,12 @@ def test_user_solver_without_an_interpolation_or_of_several_terms_is_refused_wit
     imex = type("Imex", (base,), {"term_structure": pair})()
     with pytest.raises(TypeError, match="term_structure.*set term_structure = ODETerm"):
         ode.diffeqsolve(ode.ODETerm(_forced), imex, 0.0, 1.0, 0.1, _Y0, 0.7)
+
+
+def test_a_user_solver_may_be_of_both_kinds():
+    class AdaptiveImplicitEuler(_ImplicitEuler, ode.AbstractAdaptiveSolver):
+        pass
+
+    solver = AdaptiveImplicitEuler()
+    assert isinstance(solver, ode.AbstractImplicitSolver)
+    assert isinstance(solver, ode.AbstractAdaptiveSolver)

@@ -9,21 +9,23 @@ from ._base import AbstractSolver
 from ._implicit import AbstractImplicitRungeKutta
 
 
-class _HasErrorEstimate(type(AbstractSolver)):  # type: ignore[misc]
+class _AskedOfInstances(type(AbstractSolver)):  # type: ignore[misc]
+    # Diffrax's kinds are bases; odesolve's solvers pass for them by what they are.
     # Adaptivity is a property of an instance (`HalfSolver(Euler())` is adaptive,
-    # `Reversible(Euler())` is not), so it is asked of the instance, not its class. A
-    # subclass is asked as any class is.
+    # `Reversible(Euler())` is not). The implicit methods are Runge-Kutta methods first
+    # (one engine for all tableaux). A subclass is asked as any class is. One metaclass
+    # for both, so that a solver may subclass both kinds.
     def __instancecheck__(cls, instance: object) -> bool:
         if super().__instancecheck__(instance):
             return True
-        return (
-            cls is AbstractAdaptiveSolver
-            and isinstance(instance, AbstractSolver)
-            and bool(instance.adaptive)
-        )
+        if cls is AbstractAdaptiveSolver:
+            return isinstance(instance, AbstractSolver) and bool(instance.adaptive)
+        if cls is AbstractImplicitSolver:
+            return isinstance(instance, AbstractImplicitRungeKutta)
+        return False
 
 
-class AbstractAdaptiveSolver(AbstractSolver, metaclass=_HasErrorEstimate):
+class AbstractAdaptiveSolver(AbstractSolver, metaclass=_AskedOfInstances):
     """`isinstance(solver, AbstractAdaptiveSolver)` says whether its steps come with an
     error estimate, so that `PIDController` can adapt them (`solver.adaptive`): Heun,
     Tsit5, Kvaerno5, ReversibleHeun, `HalfSolver(...)`; not Euler or LeapfrogMidpoint.
@@ -31,16 +33,7 @@ class AbstractAdaptiveSolver(AbstractSolver, metaclass=_HasErrorEstimate):
     that its `step` returns an error estimate."""
 
 
-class _SolvesImplicitly(type(AbstractSolver)):  # type: ignore[misc]
-    # odesolve's implicit methods are Runge-Kutta methods first (one engine for all
-    # tableaux), so they pass for Diffrax's implicit kind by this check.
-    def __instancecheck__(cls, instance: object) -> bool:
-        if super().__instancecheck__(instance):
-            return True
-        return cls is AbstractImplicitSolver and isinstance(instance, AbstractImplicitRungeKutta)
-
-
-class AbstractImplicitSolver(AbstractSolver, metaclass=_SolvesImplicitly):
+class AbstractImplicitSolver(AbstractSolver, metaclass=_AskedOfInstances):
     """An implicit method, as Diffrax names the kind: `isinstance` holds for
     `ImplicitEuler` and the Kvaerno methods. A solver written in Diffrax's interface
     may subclass it; it then has `root_finder` and `root_find_max_steps`, as fields or
