@@ -195,11 +195,16 @@ def _traced_vector_field(terms, t0, y0, args):
     # (jaxlib's stub for PyTreeDef declares no __eq__.)
     if got_def != want_def or shapes(out) != shapes(expected):  # type: ignore[operator]
         listed = _hints.list_of_numbers(y0)
+        if listed:
+            raise ValueError(
+                f"the vector field's output does not match y0: it returned shapes "
+                f"{shapes(out)} for y0's {len(y0)} scalars. {listed}."
+            )
         raise ValueError(
             "the vector field's output does not match y0: f(t, y, args) returned "
             f"structure {got_def} with shapes {shapes(out)}, but y0 has structure "
-            f"{want_def} with shapes {shapes(expected)}. "
-            + (f"{listed}." if listed else "dy/dt must have y's structure and shapes.")
+            f"{want_def} with shapes {shapes(expected)}. dy/dt must have y's structure "
+            "and shapes."
         )
     return ODETerm(traced)
 
