@@ -65,7 +65,7 @@ def _increment(path: AbstractPath, t0: RealScalarLike, t1: RealScalarLike, left:
     return jtu.tree_map(lambda a, b: a - b, end, start)
 
 
-def _floating(x: Any) -> Array:
+def as_inexact(x: Any) -> Array:
     """`x` as an array of an inexact dtype (integer data in JAX's default float)."""
     x = jnp.asarray(x)
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(float)
@@ -107,7 +107,7 @@ class LinearInterpolation(AbstractGlobalInterpolation):
         i, s, width = self._piece(t0, left, self.ys)
 
         def value(y: Array) -> Array:
-            y = _floating(y)
+            y = as_inexact(y)
             return y[i] + in_state_dtype(s / width, y) * (y[i + 1] - y[i])
 
         return jtu.tree_map(value, self.ys)
@@ -117,7 +117,7 @@ class LinearInterpolation(AbstractGlobalInterpolation):
         i, _, width = self._piece(t, left, self.ys)
 
         def slope(y: Array) -> Array:
-            y = _floating(y)
+            y = as_inexact(y)
             return (y[i + 1] - y[i]) / in_state_dtype(width, y)
 
         return jtu.tree_map(slope, self.ys)
@@ -172,13 +172,13 @@ class CubicInterpolation(AbstractGlobalInterpolation):
 
 def cubic_value(coeffs: tuple[Any, Any, Any, Any], s: Array) -> Array:
     """a + b s + c s^2 + d s^3 for one leaf's (d, c, b, a), s in their dtype."""
-    d, c, b, a = (_floating(x) for x in coeffs)
+    d, c, b, a = (as_inexact(x) for x in coeffs)
     s = in_state_dtype(s, a)
     return a + s * (b + s * (c + s * d))
 
 
 def cubic_slope(coeffs: tuple[Any, Any, Any], s: Array) -> Array:
     """b + 2 c s + 3 d s^2 for one leaf's (d, c, b)."""
-    d, c, b = (_floating(x) for x in coeffs)
+    d, c, b = (as_inexact(x) for x in coeffs)
     s = in_state_dtype(s, b)
     return b + s * (2 * c + 3 * s * d)

@@ -18,7 +18,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Real
 
 from ._flat import PyTree, in_state_dtype
-from ._global_interpolation import cubic_slope, cubic_value
+from ._global_interpolation import as_inexact, cubic_slope, cubic_value
 from ._missing_data import (
     checked_knots,
     fill_forward,
@@ -156,7 +156,7 @@ def backward_hermite_coefficients(
     deriv0s = _per_leaf(deriv0, treedef, len(leaves))
     starts = _per_leaf(replace_nans_at_start, treedef, len(leaves))
     out = [
-        _coefficients(fill_forward_nans_at_end, ts, _inexact(y), d0, r)
+        _coefficients(fill_forward_nans_at_end, ts, as_inexact(y), d0, r)
         for y, d0, r in zip(leaves, deriv0s, starts, strict=True)
     ]
     d, c, b, a = (jtu.tree_unflatten(treedef, [leaf[k] for leaf in out]) for k in range(4))
@@ -166,8 +166,3 @@ def backward_hermite_coefficients(
 def _per_leaf(tree: PyTree | None, treedef: Any, n: int) -> list:
     """`tree`'s leaves, one per leaf of the data (None for each where not given)."""
     return [None] * n if tree is None else treedef.flatten_up_to(tree)
-
-
-def _inexact(y: Any) -> Array:
-    y = jnp.asarray(y)
-    return y if jnp.issubdtype(y.dtype, jnp.inexact) else y.astype(float)

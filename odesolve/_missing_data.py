@@ -6,8 +6,6 @@ NaN is filled from that channel's nearest observations. It is vectorised (no loo
 times), and differentiable with respect to the observed values.
 """
 
-from typing import Any
-
 import equinox as eqx
 import jax.lax as lax
 import jax.numpy as jnp
@@ -16,6 +14,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Real
 
 from ._flat import PyTree, in_state_dtype
+from ._global_interpolation import as_inexact
 
 
 def checked_knots(ts: ArrayLike) -> Real[Array, " times"]:
@@ -121,7 +120,7 @@ def linear_interpolation(
     """
     ts = checked_knots(ts)
     fill = lambda y, start=None: _interpolate_channel(
-        fill_forward_nans_at_end, ts, _inexact(y), start
+        fill_forward_nans_at_end, ts, as_inexact(y), start
     )
     if replace_nans_at_start is None:
         return jtu.tree_map(fill, ys)
@@ -141,12 +140,7 @@ def rectilinear_interpolation(
     """
     ts = checked_knots(ts)
     new_ts = jnp.repeat(ts, 2)[1:]
-    hold = lambda y, start=None: jnp.repeat(fill_forward(_inexact(y), start), 2, axis=0)[:-1]
+    hold = lambda y, start=None: jnp.repeat(fill_forward(as_inexact(y), start), 2, axis=0)[:-1]
     if replace_nans_at_start is None:
         return new_ts, jtu.tree_map(hold, ys)
     return new_ts, jtu.tree_map(hold, ys, replace_nans_at_start)
-
-
-def _inexact(y: Any) -> Array:
-    y = jnp.asarray(y)
-    return y if jnp.issubdtype(y.dtype, jnp.inexact) else y.astype(float)
