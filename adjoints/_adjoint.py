@@ -58,12 +58,14 @@ SCHEDULES = ("tape", "segments", "online", "states", "revolve", "nested")
 # fresh tape costs about 1 ms per MB on XLA:CPU (allocation and page faults), so a tape
 # far larger than the states it actually holds is slow, not just big.
 DEFAULT_MEMORY_BUDGET = 4 * 2**20
-# The default budget's least share per sample of a `vmap` batch (the share of 256
+# The default budget's least share per sample of a `vmap` batch (the share of 128
 # samples): beyond, the default grows with the batch. A fixed 4 MiB left a large batch
 # of neural ODEs a few KiB each, too little for taped segments: thinned online slots,
 # recomputed, cost several times the tape's time while holding a tenth of the
-# gradient's memory.
-MIN_DEFAULT_BUDGET_PER_SOLVE = 16 * 2**10
+# gradient's memory. 32 KiB tapes a latent ODE's decoder (a 16-dimensional state, about
+# 8 steps and 20 save times per series: 28 rows of 816 bytes beside 8 states) in one
+# segment; 16 KiB re-taped two of its three segments, a third slower.
+MIN_DEFAULT_BUDGET_PER_SOLVE = 32 * 2**10
 # How many times more ticks bare states must hold than taped rows (segments, or online
 # slots with residuals) before the default keeps states and recomputes each tick's VJP
 # from its state: a step whose residuals are many times its state (a field that takes
@@ -196,8 +198,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       as the states taken so far fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
-      4 MiB, and at least 16 KiB per sample (more than 256 samples get more). The states
-      are sized for `max_steps`, so a lower `max_steps` lets more solves tape.
+      4 MiB, and at least 32 KiB per sample (more than 128 samples get more). A tape of
+      every step is sized for `max_steps`, so a lower `max_steps` lets more solves tape;
+      taped segments are sized by the budget alone.
     - `schedule`: None (default) chooses as above; a name forces one schedule, sized by
       `checkpoints` when given, else by `memory_budget`: `"tape"` (every step),
       `"segments"` (taped segments of `checkpoints` steps), `"online"` (online

@@ -409,13 +409,13 @@ def _adaptive_loop() -> Loop:
 
 
 def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
-    # A state of 120 bytes: 16 KiB per sample holds taped segments of the bound; 4 KiB
+    # A state of 120 bytes: 32 KiB per sample holds taped segments of the bound; 4 KiB
     # (4 MiB shared by 1024 samples) holds a tape of 24 ticks beside 8 states thinned as
     # the solve runs, whatever max_steps; 1 KiB only online slots.
     state = jnp.zeros(30, jnp.float32)
     default = ode.RecursiveCheckpointAdjoint()
     assert default.budget_per_solve(1) == 4 * 2**20
-    assert default.budget_per_solve(256) == default.budget_per_solve(4096) == 16 * 2**10
+    assert default.budget_per_solve(128) == default.budget_per_solve(4096) == 32 * 2**10
     for batch in (256, 1024, 4096):
         chosen = default.choose_schedule(_adaptive_loop(), state, batch_size=batch)
         assert isinstance(chosen, Segments)
