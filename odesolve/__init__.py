@@ -105,11 +105,13 @@ from ._saveat import SubSaveAt as SubSaveAt
 from ._solution import DenseInterpolation as DenseInterpolation
 from ._solution import Solution as Solution
 from ._solver import AbstractAdaptiveSolver as AbstractAdaptiveSolver
+from ._solver import AbstractDIRK as AbstractDIRK
 from ._solver import AbstractERK as AbstractERK
 from ._solver import AbstractESDIRK as AbstractESDIRK
 from ._solver import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._solver import AbstractImplicitSolver as AbstractImplicitSolver
 from ._solver import AbstractReversibleSolver as AbstractReversibleSolver
+from ._solver import AbstractSDIRK as AbstractSDIRK
 from ._solver import (
     AbstractRungeKutta as AbstractRungeKutta,
 )
@@ -130,6 +132,7 @@ from ._solver import (
 from ._solver import (
     Euler as Euler,
 )
+from ._solver import CalculateJacobian as CalculateJacobian
 from ._solver import HalfSolver as HalfSolver
 from ._solver import KenCarp3 as KenCarp3
 from ._solver import KenCarp4 as KenCarp4
@@ -150,6 +153,7 @@ from ._solver import (
     Kvaerno5 as Kvaerno5,
 )
 from ._solver import LeapfrogMidpoint as LeapfrogMidpoint
+from ._solver import MultiButcherTableau as MultiButcherTableau
 from ._solver import (
     Midpoint as Midpoint,
 )

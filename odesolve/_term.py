@@ -171,7 +171,8 @@ def _split_term(terms: Any) -> "ODETerm":
     given = terms.terms if isinstance(terms, MultiTerm) else ()
     parts = [term for term in map(_as_ode_term, given) if term is not None]
     if len(given) != 2 or len(parts) != 2:
-        raise TypeError(
+        # A ValueError, as Diffrax raises for terms of the wrong structure.
+        raise ValueError(
             f"terms={terms!r}: this solver takes MultiTerm(ODETerm(explicit), "
             "ODETerm(implicit)): the non-stiff part of the field, stepped explicitly, and "
             "its stiff part, stepped implicitly (dy/dt is their sum)."

@@ -6,7 +6,10 @@ from ._kinds import AbstractAdaptiveSolver as AbstractAdaptiveSolver
 from ._kinds import AbstractImplicitSolver as AbstractImplicitSolver
 from ._kinds import AbstractWrappedSolver as AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta as AbstractRungeKutta
-from ._tableau import ButcherTableau as ButcherTableau
+from . import _diffrax_methods as _diffrax_methods  # Diffrax's spelling of a tableau
+from ._diffrax_tableau import ButcherTableau as ButcherTableau
+from ._diffrax_tableau import CalculateJacobian as CalculateJacobian
+from ._diffrax_tableau import MultiButcherTableau as MultiButcherTableau
 from ._tableau import ImplicitTableau as ImplicitTableau
 from .dopri5 import Dopri5 as Dopri5
 from .dopri8 import Dopri8 as Dopri8
@@ -45,3 +48,5 @@ from .tsit5 import Tsit5 as Tsit5
 # Diffrax's names for the same bases.
 AbstractERK = AbstractRungeKutta
 AbstractESDIRK = AbstractImplicitRungeKutta
+AbstractDIRK = AbstractImplicitRungeKutta
+AbstractSDIRK = AbstractImplicitRungeKutta

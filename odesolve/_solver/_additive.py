@@ -75,11 +75,12 @@ def additive_step(
     """One step given the first stage of each part, k0 = (f_E(t0, y0), f_I(t0, y0)). A
     failed implicit stage makes the error estimate +inf (adaptive) or y1 NaN (fixed)."""
     adaptive = with_error and tableau.adaptive
-    settings = _newton_settings(solver, context if adaptive else None, y0, adaptive)
-    direction = 1 if context is None else lax.stop_gradient(context.direction)
-    jacobian = FlatJacobian(solver.jacobian, direction, None if context is None else context.spec)
-    jac = None
+    settings = jacobian = jac = None
     if tableau.implicit:
+        settings = _newton_settings(solver, context if adaptive else None, y0, adaptive)
+        direction = 1 if context is None else lax.stop_gradient(context.direction)
+        spec = None if context is None else context.spec
+        jacobian = FlatJacobian(solver.jacobian, direction, spec)
         frozen_vf, frozen_args, frozen_t0, frozen_y0 = frozen((fields[1], args, t0, y0))
         jac = jacobian(frozen_vf, frozen_t0, frozen_y0, frozen_args)
     ke, ki, failed = _stages(tableau, fields, args, t0, h, y0, k0, jac, settings, jacobian)
@@ -198,7 +199,7 @@ class AbstractAdditiveRungeKutta(AbstractImplicitRungeKutta):
                 self.tableau, self, fields, t0, h, y0, k0, args, with_error, context
             )
         # A complex state is stepped as its real and imaginary parts (see `_implicit`).
-        if self.jacobian is not None:
+        if getattr(self, "jacobian", None) is not None:
             raise ValueError(
                 "jacobian=...: a user-supplied Jacobian needs a real state; for a complex "
                 "one leave jacobian=None (df/dy is then taken of the real and imaginary parts)."

@@ -76,6 +76,11 @@ def rk_stages(
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
 
 
+# Functions that map another spelling of a subclass's `tableau` onto the engines' own,
+# called as each subclass is made (Diffrax's spelling registers `_diffrax_methods.adapt`).
+TABLEAU_SPELLINGS: list[Callable[[type], None]] = []
+
+
 class AbstractTableauMethod(AbstractSolver):
     """A Runge-Kutta method given by its `tableau` (a class attribute): explicit or
     diagonally implicit. It carries f(t, y) from step to step when the tableau is first
@@ -88,6 +93,11 @@ class AbstractTableauMethod(AbstractSolver):
     tableau: eqx.AbstractClassVar[ButcherTableau | ImplicitTableau]
     scan_stages: bool = eqx.field(default=False, kw_only=True, static=True)
     scan_kind: str | None = eqx.field(default=None, kw_only=True, static=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for adapt in TABLEAU_SPELLINGS:
+            adapt(cls)
 
     def __check_init__(self):
         if self.scan_kind not in (None, "lax", "checkpointed", "bounded"):
