@@ -215,7 +215,12 @@ class AbstractAdditiveRungeKutta(AbstractImplicitRungeKutta):
         return AdditiveStages(as_complex(out.y1), error, explicit, implicit, out.failed)
 
     def stages(self, *args: Any, **kwargs: Any) -> Stages:
-        raise NotImplementedError("an IMEX method is stepped by `advance`")
+        # The stages of one field: only a wrapper of single-field methods asks for them.
+        raise TypeError(
+            f"{type(self).__name__}() steps two terms, so it cannot be wrapped as a method "
+            "of one field (Reversible(...)): wrap an explicit or implicit method, e.g. "
+            "Reversible(Kvaerno5()) on the summed field."
+        )
 
 
 def _degree(tableau: AdditiveTableau) -> int:
