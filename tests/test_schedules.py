@@ -408,6 +408,23 @@ def _adaptive_loop() -> Loop:
     return Loop(unused, unused, unused, unused, 4096, 20)
 
 
+def test_a_batch_of_short_solves_tapes_them_whatever_max_steps():
+    # A latent ODE's decoder: 256 series under vmap, a state of 692 bytes, traced save
+    # times (the step count unknown), about 8 steps and 20 saves each. The default tapes
+    # more than those 28 ticks in one segment beside 8 states, and neither the tape nor
+    # the states grow with max_steps.
+    state = jnp.zeros(173, jnp.float32)
+    default = ode.RecursiveCheckpointAdjoint()
+    unused = lambda *_: None
+    chosen = []
+    for max_steps in (4096, 2**20):
+        loop = Loop(unused, unused, unused, unused, max_steps, 20)
+        chosen.append(default.choose_schedule(loop, state, batch_size=256))
+    assert all(isinstance(c, Segments) and c.starts == 8 for c in chosen)
+    assert chosen[0].length == chosen[1].length >= 28
+    assert Segments.memory(chosen[0].length, 8 * chosen[0].length, 692, 692) <= 32 * 2**10
+
+
 def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     # A state of 120 bytes: 32 KiB per sample holds taped segments of the bound; 4 KiB
     # (4 MiB shared by 1024 samples) holds a tape of 24 ticks beside 8 states thinned as
