@@ -129,8 +129,11 @@ def _stages(tableau, fields, args, t0, h, y0, k0, jac, settings, jacobian):
         return (ke, ki, failed, lu), None
 
     lu = None
-    if tableau.implicit:
+    if tableau.implicit and one_gamma:
         lu = lu_factor(jac, lax.stop_gradient(h * diagonal[1]))
+    elif tableau.implicit:  # factorised stage by stage; this only gives the carry its shape
+        n = y0.shape[0]
+        lu = (jnp.zeros((n, n), dtype), jnp.zeros((n,), jnp.int32))
     zeros = jnp.zeros((s, y0.shape[0]), dtype)
     init = (zeros.at[0].set(k0[0]), zeros.at[0].set(k0[1]), jnp.asarray(False), lu)
     (ke, ki, failed, _), _ = lax.scan(stage, init, jnp.arange(1, s))
