@@ -57,6 +57,7 @@ def _linear(t, y, args):
     return jnp.array([[-3.0, 1.0], [0.5, -2.0]], y.dtype) @ y
 
 
+@pytest.mark.matrix
 def test_an_esdirk_in_diffrax_spelling_gives_diffrax_values():
     # Kvaerno's 3(2) method as its arrays: the user's class, run by odesolve's engine.
     theirs = diffrax.Kvaerno3.tableau
