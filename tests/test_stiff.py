@@ -110,10 +110,16 @@ def _order_conditions(b, a, c):
     }
 
 
+# Order of the embedded solution the error estimate compares with: one less than the
+# method's (implicit Euler's is the trapezoidal rule, of order 2), except Kvaerno5's, two
+# less (its published order-4 embedding is too accurate to estimate the error with).
+EMBEDDED_ORDER = {"ImplicitEuler": 2, "Kvaerno3": 2, "Kvaerno4": 3, "Kvaerno5": 3}
+
+
 @pytest.mark.parametrize("entry", IMPLICIT_SOLVERS, ids=solver_id)
 def test_tableau_satisfies_order_conditions(entry):
-    """The solution has the claimed order and no more; the embedded solution one order
-    less (implicit Euler's is the trapezoidal rule, of order 2)."""
+    """The solution has the claimed order and no more; the embedded solution has the order
+    in EMBEDDED_ORDER and no more."""
     solver, order = entry
     tab = solver.tableau
     s = tab.num_stages
@@ -122,7 +128,7 @@ def test_tableau_satisfies_order_conditions(entry):
         a[i + 1, : i + 1] = row
         a[i + 1, i + 1] = tab.gamma
     c, b = np.asarray(tab.c), np.asarray(tab.b)
-    embedded_order = tab.error_order or order - 1
+    embedded_order = EMBEDDED_ORDER[solver_id(entry)]
     for weights, p in ((b, order), (b - np.asarray(tab.b_error), embedded_order)):
         residuals = _order_conditions(weights, a, c)
         for q in range(1, p + 1):
@@ -188,8 +194,9 @@ def test_robertson_against_radau(t1):
     )
     assert np.max(errors) < 1e-6
     # A step count this low needs every stage solve to converge without rejections piling
-    # up (Diffrax's Kvaerno5 takes ~700 steps to t=40 here).
-    assert int(sol.stats["num_steps"]) < 200
+    # up (Diffrax's Kvaerno5 takes ~700 steps to t=40 here, half of them rejected).
+    assert int(sol.stats["num_steps"]) < 500
+    assert int(sol.stats["num_rejected_steps"]) <= int(sol.stats["num_steps"]) // 10
 
 
 def _van_der_pol(t, y, mu):

@@ -21,28 +21,39 @@ h (k1 - k0) / 2 (the difference from the trapezoidal rule), as Diffrax's does.
 import numpy as np
 
 from ._continuous_extension import continuous_extension
+from ._embedded import l_stable_embedding
 from ._implicit import AbstractImplicitRungeKutta
 from ._tableau import ImplicitTableau, hermite_interpolation, linear_interpolation
 
 
-def _esdirk(c, a, gamma, order, embedded_row, dense_order=None):
-    """A stiffly accurate ESDIRK tableau whose embedded solution is stage `embedded_row`
-    (an index into `a`): b is the last row with gamma on the diagonal, and
-    b_error = b - (embedded row with gamma, padded with zeros). Dense output: the
-    continuous extension of `dense_order` from the stages (degree dense_order), or the
-    cubic Hermite interpolant (None)."""
+def _esdirk(c, a, gamma, order, embedded_row=None, dense_order=None, embedding_order=None):
+    """A stiffly accurate ESDIRK tableau: b is the last row with gamma on the diagonal.
+
+    Error estimate: against the published embedded solution, stage `embedded_row` (an
+    index into `a`: b_error = b - that row with gamma, padded with zeros), or against the
+    L-stable method of `embedding_order` on the same stages (see `_embedded`); the
+    controller's exponent is then 1 / (embedding_order + 1). Dense output: the continuous
+    extension of `dense_order` from the stages, or the cubic Hermite interpolant (None)."""
     b = tuple(a[-1]) + (gamma,)
-    embedded = tuple(a[embedded_row]) + (gamma,)
-    embedded = embedded + (0.0,) * (len(b) - len(embedded))
-    b_error = tuple(x - y for x, y in zip(b, embedded))
+    full = _full_matrix(a, gamma)
+    error_order = None
+    if embedding_order is None:
+        embedded = tuple(a[embedded_row]) + (gamma,)
+        embedded = embedded + (0.0,) * (len(b) - len(embedded))
+    else:
+        embedded = tuple(l_stable_embedding(full, embedding_order))
+        error_order = embedding_order + 1
+        if np.allclose(embedded, b, rtol=0, atol=1e-8):
+            raise ValueError("the L-stable embedding is the method itself: no estimate")
+    b_error = tuple(float(x - y) for x, y in zip(b, embedded))
     if dense_order is None:
         interp = hermite_interpolation(b)
     else:
-        full = _full_matrix(a, gamma)
         interp = continuous_extension(full, np.array(b), dense_order, 4, stiff_order=3)
     return ImplicitTableau(
-        c=c, a=a, gamma=gamma, b=b, b_error=b_error, interp=interp, order=order
-    )
+        c=c, a=a, gamma=gamma, b=b, b_error=b_error, interp=interp, order=order,
+        error_order=error_order,
+    )  # fmt: skip
 
 
 def _full_matrix(a, gamma) -> np.ndarray:
@@ -120,7 +131,7 @@ def _kvaerno5() -> ImplicitTableau:
         ),
     )
     c = (0.0,) + tuple(sum(row) + g for row in a)
-    return _esdirk(c, a, g, order=5, embedded_row=4, dense_order=4)
+    return _esdirk(c, a, g, order=5, dense_order=4, embedding_order=3)
 
 
 def _floats(rows) -> tuple:
