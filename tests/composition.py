@@ -423,27 +423,32 @@ def reversible_cases() -> list[Case]:
     return [c for c in cases if valid(c)]
 
 
-def _pairs(case: Case) -> set:
+def _combinations(case: Case, strength: int) -> set:
+    """The (factor, value) combinations of `strength` factors that `case` holds."""
     values = (case.adjoint, case.transformation, case.params, case.field, case.controller)
-    return {(i, values[i], j, values[j]) for i, j in itertools.combinations(range(len(values)), 2)}
+    return {
+        tuple((i, values[i]) for i in factors)
+        for factors in itertools.combinations(range(len(values)), strength)
+    }
 
 
-def covering_cases(light: bool = False, seed: int = 0) -> list[Case]:
-    """Valid cases covering every pair of factor values that some valid case covers
-    (greedy, as in AETG: each new case the best of a random sample); `light`: of the
-    values outside `HEAVY`."""
+def covering_cases(light: bool = False, seed: int = 0, strength: int = 2) -> list[Case]:
+    """Valid cases covering every combination of `strength` factor values (2: every pair;
+    1: every value) that some valid case covers (greedy, as in AETG: each new case the
+    best of a random sample); `light`: of the values outside `HEAVY`."""
     cases = all_cases(light)
-    uncovered = set().union(*(_pairs(c) for c in cases))
+    uncovered = set().union(*(_combinations(c, strength) for c in cases))
     rng = random.Random(seed)
     chosen = []
     while uncovered:
-        # Start from a case covering some uncovered pair, then take the best of a sample.
-        pair = min(uncovered)
-        starters = [c for c in cases if pair in _pairs(c)]
+        # Start from a case covering some uncovered combination, then take the best of a
+        # sample.
+        wanted = min(uncovered)
+        starters = [c for c in cases if wanted in _combinations(c, strength)]
         sample = rng.sample(starters, min(len(starters), 40))
-        best = max(sample, key=lambda c: len(_pairs(c) & uncovered))
+        best = max(sample, key=lambda c: len(_combinations(c, strength) & uncovered))
         chosen.append(best)
-        uncovered -= _pairs(best)
+        uncovered -= _combinations(best, strength)
     return chosen
 
 

@@ -104,6 +104,7 @@ def test_gradient_with_respect_to_a_complex_initial_state():
         np.testing.assert_allclose(jax.grad(loss)(Y0, adjoint), expected, rtol=1e-7)
 
 
+@pytest.mark.matrix  # a real parameter by every adjoint stays in the suite
 def test_gradients_in_every_transformation_order():
     strengths = jnp.array([0.8, 1.0, 1.3])
     solver, adjoint = ode.Tsit5(), ode.RecursiveCheckpointAdjoint()

@@ -3,10 +3,10 @@ checkpoint schedule, against forward mode applied one sample at a time.
 
 The factors and their values are registries in `composition.py`. Three sets of cases:
 
-- the suite: every pair of factor values (outside `HEAVY`) that a valid case can hold
-  appears in at least one case;
-- `pytest -m matrix`: every pair of all the values, `HEAVY` ones included (about 100
-  cases, ten minutes on two cores);
+- the suite: every factor value (outside `HEAVY`) appears in at least one case, and the
+  reversible adjoint's batched reverse sweep in one;
+- `pytest -m matrix`: every pair of factor values, `HEAVY` ones included, and the
+  reversible adjoint under every batching transformation (about 160 cases);
 - `pytest -m full_product`: every valid case (about 4,900: hours on two cores).
 """
 
@@ -47,8 +47,13 @@ def _tolerance(case, rtol):
     return rtol
 
 
-_SUITE = covering_cases(light=True) + reversible_cases()
-_PAIRS = [c for c in covering_cases() if c not in _SUITE]
+_SUITE = covering_cases(light=True, strength=1) + reversible_cases()[1:2]
+_PAIRS = list(
+    dict.fromkeys(
+        c for c in covering_cases(light=True) + covering_cases() + reversible_cases()
+        if c not in _SUITE
+    )
+)
 _REST = set(_SUITE) | set(_PAIRS)
 
 

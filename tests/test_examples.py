@@ -57,6 +57,7 @@ def test_parameter_inference_recovers_lotka_volterra(tmp_path):
     assert result["final_loss"] < 1.5 * result["noise_variance"]
 
 
+@pytest.mark.matrix  # the neural-ODE example trains in the suite
 def test_training_loop_classifies_the_rings(tmp_path):
     pytest.importorskip("optax")
     result = run_quick("training_loop", tmp_path)
@@ -65,6 +66,7 @@ def test_training_loop_classifies_the_rings(tmp_path):
     assert result["accuracy"] > 0.95
 
 
+@pytest.mark.matrix  # the ensemble under vmap is the suite's batching tests
 def test_sharded_ensemble_matches_unsharded(tmp_path):
     out = tmp_path / "sharded_ensemble.png"
     script = (

@@ -65,6 +65,7 @@ def test_only_the_final_state_is_differentiated():
         )  # fmt: skip
 
 
+@pytest.mark.matrix  # the transformation orders stay in the suite
 def test_shared_parameters_nested_batches_and_forward_mode():
     loss = lambda p, y0: jnp.sum(steady_state(p, y0) ** 2)
     starts = jnp.array([[0.5, 2.0], [1.0, 1.5]])

@@ -31,6 +31,7 @@ def test_a_multi_term_solves_the_sum_of_its_fields(solver):
     )
 
 
+@pytest.mark.matrix  # the solve is the summed field, checked bit for bit in the suite
 def test_a_multi_term_gradient_is_the_summed_fields_in_every_order():
     terms = ode.MultiTerm(DECAY, FORCING)
     y0s = jnp.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.0]])

@@ -52,7 +52,9 @@ CASES = [
     ),
     (ode.ReversibleHeun(), ode.SaveAt(dense=True), lambda: ode.PIDController(rtol=1e-4, atol=1e-4)),
     (ode.LeapfrogMidpoint(), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), ode.ConstantStepSize),
-    (ode.Reversible(ode.Kvaerno3()), ode.SaveAt(t1=True), PID),
+    pytest.param(
+        ode.Reversible(ode.Kvaerno3()), ode.SaveAt(t1=True), PID, marks=pytest.mark.matrix
+    ),
 ]
 
 

@@ -285,6 +285,7 @@ def test_checkpoints_count_steps_and_each_save_has_its_own_slot():
     assert len(log(2)) > len(forward)
 
 
+@pytest.mark.matrix  # the online schedule's other two checks stay in the suite
 def test_online_schedule_recomputation_bound():
     n, slots = 16, 4  # slots = sqrt(n)
     reverse = split_log(

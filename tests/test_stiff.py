@@ -477,6 +477,7 @@ def _damped_loss(p, adjoint):
     return jnp.sum(sol.ys * jnp.array([1.0, 3.0]))
 
 
+@pytest.mark.matrix  # every adjoint on the stiff problem stays in the suite
 def test_backsolve_gradient_agrees_with_discrete_gradient():
     """BacksolveAdjoint re-solves the state backwards, which is unstable for a truly stiff
     problem (its fast modes grow backwards), so this one is only mildly stiff. The

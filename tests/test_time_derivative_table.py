@@ -167,10 +167,12 @@ def _check(time_input: str, solver: str, adjoints=tuple(ADJOINTS)) -> None:
         assert abs(derivative - forward) <= 1e-9 * scale, (*where, forward)
 
 
-# Each time input with one solver (every solver with two inputs) and the adjoints but the
-# checkpointed one (whose sweeps the composition matrix covers); everything with
-# `-m matrix`.
-_COVERING = [(name, list(SOLVERS)[i % len(SOLVERS)]) for i, name in enumerate(TIME_INPUTS)]
+# Each time input with one explicit solver (each of them with two or three inputs), the
+# implicit one with the end time, and the adjoints but the checkpointed one (whose sweeps
+# the composition matrix covers); everything with `-m matrix`.
+_EXPLICIT = [name for name in SOLVERS if name != "Kvaerno5"]
+_COVERING = [(name, _EXPLICIT[i % len(_EXPLICIT)]) for i, name in enumerate(TIME_INPUTS)]
+_COVERING.append(("t1", "Kvaerno5"))
 _ALL = list(itertools.product(TIME_INPUTS, SOLVERS))
 
 
@@ -211,7 +213,9 @@ def test_backsolve_steps_back_through_a_step_to_grid():
     np.testing.assert_allclose(backsolve, direct, rtol=1e-6)
 
 
-@pytest.mark.parametrize("time_input", ["jump_ts", "event"])
+@pytest.mark.parametrize(
+    "time_input", [pytest.param("jump_ts", marks=pytest.mark.matrix), "event"]
+)
 def test_per_sample_time_derivatives(time_input):
     # One time per sample: vmap(grad) gives each sample's own derivative, grad(vmap) the
     # same (the loss is a sum over samples), both equal to forward mode one at a time.
