@@ -1,0 +1,107 @@
+"""The tolerance as a promise: on standard stiff and non-stiff problems, the global error at
+the save times, in units of the tolerance asked for (max |y - ref| / (atol + rtol |ref|)),
+stays within a small constant at rtol 1e-4 to 1e-10, for every solver with an error
+estimate. References: scipy's Radau (stiff) or DOP853 (non-stiff) at rtol 1e-13
+(`odesolve.bench._test_set`).
+
+A step-size controller bounds each step's local error; the global error is that summed
+and carried along by the problem's dynamics. Where the dynamics amplify it, no solver
+with local error control reaches a factor 3, and the bound below says by how much it is
+exceeded (measured identically for Diffrax's solvers at the same tolerances: same steps,
+same errors). The default run checks a fast subset; `-m matrix` the whole table.
+"""
+
+import functools
+
+import jax.numpy as jnp
+import pytest
+
+import odesolve as ode
+from odesolve.bench._test_set import PROBLEMS, scaled_error
+
+STIFF = ("Robertson", "VanDerPol", "HIRES")
+NON_STIFF = ("LotkaVolterra", "Arenstorf", "Pleiades")
+IMPLICIT = ("Kvaerno3", "Kvaerno4", "Kvaerno5", "ImplicitEuler")
+EXPLICIT = ("Heun", "Midpoint", "Ralston", "Bosh3", "Tsit5", "Dopri5", "Dopri8")
+RTOLS = (1e-4, 1e-6, 1e-8, 1e-10)
+PROMISE = 3.0
+
+# Where the global error exceeds PROMISE, by how much and why (problem-wide or per solver).
+AMPLIFIED = {
+    # Arenstorf's orbit passes close to the Moon and Pleiades has close encounters: a
+    # local error there grows by orders of magnitude before the next save time, in every
+    # explicit method (Diffrax's at the same tolerances: the same ratios, 1e3 to 6e4).
+    "Arenstorf": 1e5,
+    "Pleiades": 5e3,
+}
+SOLVER_AMPLIFIED = {
+    # Lotka-Volterra over six periods: a phase error grows linearly with time. The
+    # lower-order and the Dormand-Prince estimates let more of it through at loose
+    # tolerances (Diffrax: the same ratios).
+    ("Dopri5", "LotkaVolterra"): 150.0,
+    ("Bosh3", "LotkaVolterra"): 120.0,
+    ("Tsit5", "LotkaVolterra"): 15.0,
+    ("Dopri8", "LotkaVolterra"): 12.0,
+    ("Midpoint", "LotkaVolterra"): 15.0,
+    ("Ralston", "LotkaVolterra"): 15.0,
+    # Kvaerno3's published second-order embedding bounds its error less tightly; the only
+    # L-stable first-order alternative on its stages costs 10x the steps.
+    ("Kvaerno3", "LotkaVolterra"): 60.0,
+    ("Kvaerno3", "HIRES"): 20.0,
+}
+# Low-order methods at tight tolerances take 1e5-1e6 steps: not how they are used.
+LOOSEST = {"Heun": 1e-6, "Midpoint": 1e-6, "Ralston": 1e-6, "ImplicitEuler": 1e-6, "Bosh3": 1e-8}
+
+
+def bound(solver: str, problem: str, rtol: float) -> float:
+    if solver == "ImplicitEuler":
+        # First order with an error estimate per step: the global error is ~ sqrt(tol),
+        # not ~ tol (so the ratio grows 10x per 100x tighter tolerance; Diffrax: the same).
+        return 5.0 / rtol**0.5
+    return SOLVER_AMPLIFIED.get((solver, problem), AMPLIFIED.get(problem, PROMISE))
+
+
+def cases():
+    fast = {
+        ("Kvaerno5", "Robertson", 1e-6),
+        ("Kvaerno5", "Robertson", 1e-8),
+        ("Tsit5", "LotkaVolterra", 1e-8),
+        ("Kvaerno5", "LotkaVolterra", 1e-6),
+    }
+    out = []
+    for problem in STIFF + NON_STIFF:
+        solvers = IMPLICIT if problem in STIFF else EXPLICIT + IMPLICIT
+        for solver in solvers:
+            for rtol in RTOLS:
+                if rtol < LOOSEST.get(solver, 0.0):
+                    continue
+                marks = () if (solver, problem, rtol) in fast else (pytest.mark.matrix,)
+                out.append(pytest.param(solver, problem, rtol, marks=marks))
+    return out
+
+
+@functools.cache
+def _solve(solver: str, problem: str, rtol: float):
+    p = PROBLEMS[problem]
+    return ode.diffeqsolve(
+        ode.ODETerm(p.jax_field()),
+        getattr(ode, solver)(),
+        0.0,
+        p.t1,
+        None,
+        jnp.array(p.y0),
+        stepsize_controller=ode.PIDController(rtol=rtol, atol=rtol * p.atol_ratio),
+        saveat=ode.SaveAt(ts=jnp.array(p.ts)),
+        max_steps=200_000,
+    )
+
+
+@pytest.mark.parametrize("solver,problem,rtol", cases())
+def test_global_error_within_tolerance(solver, problem, rtol):
+    sol = _solve(solver, problem, rtol)
+    error = scaled_error(problem, sol.ys, rtol)
+    limit = bound(solver, problem, rtol)
+    steps = int(sol.stats["num_steps"])
+    print(f"{solver} {problem} rtol {rtol:g}: error {error:.3g} tol, {steps} steps")
+    assert error <= limit, (error, limit)
+
