@@ -51,7 +51,10 @@ class _EitherSpelling(type):
     # `ButcherTableau(c=, a=, b=, b_error=, interp=, order=)` is odesolve's own spelling
     # (an explicit method with its dense output), kept beside Diffrax's.
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _OURS & set(kwargs) or len(args) > 4:
+        # Positionally, odesolve's sixth argument is the order (an int), Diffrax's the
+        # predictor rows.
+        ours_by_position = len(args) >= 6 and isinstance(args[5], (int, np.integer))
+        if _OURS & set(kwargs) or ours_by_position:
             return _tableau.ButcherTableau(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 
