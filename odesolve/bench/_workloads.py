@@ -710,3 +710,6 @@ from ._real_code import W2s, W8, W9  # noqa: E402
 
 for _workload in (W2s, W8, W9):
     WORKLOADS[_workload.id] = _workload
+from ._wp import WP  # noqa: E402
+
+WORKLOADS[WP.id] = WP
