@@ -42,8 +42,8 @@ SOLVER_AMPLIFIED = {
     ("Bosh3", "LotkaVolterra"): 120.0,
     ("Tsit5", "LotkaVolterra"): 15.0,
     ("Dopri8", "LotkaVolterra"): 12.0,
-    ("Midpoint", "LotkaVolterra"): 15.0,
-    ("Ralston", "LotkaVolterra"): 15.0,
+    ("Midpoint", "LotkaVolterra"): 8.0,
+    ("Ralston", "LotkaVolterra"): 8.0,
     # Kvaerno3's published second-order embedding bounds its error less tightly; the only
     # L-stable first-order alternative on its stages costs 10x the steps.
     ("Kvaerno3", "LotkaVolterra"): 60.0,
@@ -70,7 +70,10 @@ def cases():
     }
     out = []
     for problem in STIFF + NON_STIFF:
-        solvers = IMPLICIT if problem in STIFF else EXPLICIT + IMPLICIT
+        # Implicit Euler is for stiff problems: on these its error, ~ sqrt(tol) (below),
+        # is also amplified (Lotka-Volterra at rtol 1e-6: 8e4 tol; Pleiades does not end
+        # within 2e5 steps at 1e-4).
+        solvers = IMPLICIT if problem in STIFF else EXPLICIT + IMPLICIT[:-1]
         for solver in solvers:
             for rtol in RTOLS:
                 if rtol < LOOSEST.get(solver, 0.0):
