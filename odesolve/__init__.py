@@ -29,6 +29,7 @@ from adjoints import (
 )
 
 from ._continuous import adjoint_rms_seminorm as adjoint_rms_seminorm
+from ._control_term import ControlTerm as ControlTerm
 from ._controller import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
 )

@@ -197,6 +197,9 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
         pair = ""
         if isinstance(terms, (tuple, list)):
             pair = " A pair of terms is for a partitioned solver, SemiImplicitEuler()."
+        if callable(getattr(terms, "to_ode", None)):
+            # A ControlTerm: a smooth control is an ODE.
+            pair = " A control term driven by a differentiable path is one: terms.to_ode()."
         raise TypeError(
             f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt (or a "
             f"MultiTerm of ODETerms, whose rates add).{pair}"

@@ -1,0 +1,56 @@
+"""A field driven by a control path, solved as the ODE it is when the path is smooth."""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+
+from ._flat import PyTree, RealScalarLike
+from ._path import AbstractPath
+from ._term import AbstractTerm, ODETerm
+
+
+def _contract(vf: PyTree, control: PyTree) -> PyTree:
+    """Each leaf of `vf` (shape y_leaf.shape + control_leaf.shape) applied to its
+    control leaf: a sum over the control's axes, conjugating `vf` as Diffrax does."""
+    return jtu.tree_map(
+        lambda v, c: jnp.tensordot(jnp.conj(v), c, axes=jnp.ndim(c)), vf, control
+    )
+
+
+class ControlTerm(AbstractTerm):
+    """dy = vector_field(t, y, args) · dx(t) for a control path `x`, as Diffrax's class of
+    that name: the field returns, per leaf of y, an array of shape
+    `y.shape + x.shape` that acts on dx by a sum over x's axes.
+
+    `diffeqsolve` integrates ODEs; a differentiable control is an ODE through
+    `to_ode()`, dy/dt = vector_field(t, y, args) · dx/dt (a neural CDE driven by an
+    interpolation of its data, `CubicInterpolation`, is solved this way).
+    """
+
+    vector_field: Callable[..., PyTree]
+    control: AbstractPath
+
+    def vf(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        return self.vector_field(t, y, args)
+
+    def contr(self, t0: RealScalarLike, t1: RealScalarLike) -> PyTree:
+        """The control's increment x(t1) - x(t0)."""
+        return self.control.evaluate(t0, t1)
+
+    def prod(self, vf: PyTree, control: PyTree) -> PyTree:
+        return _contract(vf, control)
+
+    def to_ode(self) -> ODETerm:
+        """This term as `ODETerm(f)` with f(t, y, args) = vector_field(t, y, args) · dx/dt."""
+        return ODETerm(_ControlRate(self))
+
+
+class _ControlRate(eqx.Module):
+    # The field of a ControlTerm times its control's derivative: a module, so the
+    # field's and the path's arrays are parameters that receive gradients.
+    term: ControlTerm
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        return self.term.vf_prod(t, y, args, self.term.control.derivative(t))
