@@ -151,6 +151,9 @@ def plot(rows: list[dict], path: str) -> None:
 
     rows = [r for r in rows if r["workload"] == "WP" and r["error"] is not None]
     problems = list(dict.fromkeys(r["case"].split()[1] for r in rows))
+    # One colour per series across every panel; implicit solvers count no evaluations
+    # (their Newton iterations vary), so only the others appear in the lower panels.
+    colours = {name: f"C{i}" for i, name in enumerate(sorted({_series(r) for r in rows}))}
     fig, axes = plt.subplots(2, len(problems), figsize=(4 * len(problems), 7), squeeze=False)
     for column, problem in enumerate(problems):
         own = [r for r in rows if r["case"].split()[1] == problem]
@@ -160,11 +163,15 @@ def plot(rows: list[dict], path: str) -> None:
             for row_index, key in enumerate(("run_ms", "vf_evals")):
                 xs = [r[key] for r in points]
                 if all(x is not None for x in xs):
-                    axes[row_index, column].loglog(xs, errors, "o-", label=series)
+                    axes[row_index, column].loglog(
+                        xs, errors, "o-", label=series, color=colours[series]
+                    )
         axes[0, column].set_title(problem)
         axes[0, column].set_xlabel("run time (ms)")
         axes[1, column].set_xlabel("vector-field evaluations")
-        axes[0, column].legend(fontsize=7)
+        for ax in axes[:, column]:
+            if ax.lines:
+                ax.legend(fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel("error (max |y - ref| / (atol/rtol + |ref|))")
     fig.tight_layout()
