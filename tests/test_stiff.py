@@ -487,3 +487,32 @@ def test_backsolve_gradient_agrees_with_discrete_gradient():
     backsolve = jax.jit(jax.grad(lambda p: _damped_loss(p, ode.BacksolveAdjoint())))(p)
     default = jax.jit(jax.grad(lambda p: _damped_loss(p, ode.RecursiveCheckpointAdjoint())))(p)
     np.testing.assert_allclose(backsolve, default, rtol=1e-4)
+
+
+@pytest.mark.parametrize("solver,dense_order", [(ode.Kvaerno4(), 3), (ode.Kvaerno5(), 4)])
+def test_dense_output_is_a_continuous_extension(solver, dense_order):
+    """Between steps, y(theta) = y0 + h sum_i b_i(theta) k_i has the claimed order at every
+    theta (the elementary weights of every tree of that order), starts with the slope
+    f(t0, y0), and reaches y1 at theta = 1."""
+    from odesolve._solver._continuous_extension import (
+        _density,
+        _elementary_weights,
+        rooted_trees,
+    )
+
+    tab = solver.tableau
+    s = tab.num_stages
+    a = np.zeros((s, s))
+    for i, row in enumerate(tab.a):
+        a[i + 1, : i + 1] = row
+        a[i + 1, i + 1] = tab.gamma
+    interp = np.asarray(tab.interp)
+    powers = np.arange(1, interp.shape[1] + 1)
+    np.testing.assert_allclose(interp.sum(axis=1), tab.b, atol=1e-12)
+    np.testing.assert_allclose(interp[:, 0], np.eye(s)[0], atol=1e-12)
+    for theta in (0.2, 0.5, 0.9):
+        weights = interp @ theta**powers
+        for r in range(1, dense_order + 1):
+            for tree in rooted_trees(r):
+                residual = weights @ _elementary_weights(tree, a) - theta**r / _density(tree)
+                assert abs(residual) < 1e-12, (theta, tree, residual)
