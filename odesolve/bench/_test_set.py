@@ -131,8 +131,8 @@ PROBLEMS = {
 
 @functools.cache
 def reference(name: str) -> np.ndarray:
-    """(len(ts), n): scipy's Radau (stiff, with the exact Jacobian by finite differences
-    of its own) or DOP853 at rtol 1e-13 at the problem's save times."""
+    """(len(ts), n): scipy's Radau (stiff problems; it takes its Jacobian by finite
+    differences) or DOP853 at rtol 1e-13, at the problem's save times."""
     from scipy.integrate import solve_ivp
 
     p = PROBLEMS[name]
