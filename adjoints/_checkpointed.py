@@ -66,6 +66,7 @@ def _fwd(
     choose: ChooseSchedule,
 ) -> tuple[Plain, Sweep]:
     params, init = params_and_init
+    loop = differentiated(loop, perturbed)
     diff = diff_of(perturbed, params)
     schedule = choose(loop, init, params, diff, loop.batch_size)
     batched = loop.batch_size > 1
@@ -85,6 +86,7 @@ def _bwd(
     choose: ChooseSchedule,
 ) -> tuple[PyTree, PyTree]:
     params, init = params_and_init
+    loop = differentiated(loop, perturbed)
     diff = diff_of(perturbed, params)
     ct_final, ct_buffers = grad_obj
     ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
@@ -96,6 +98,18 @@ def _bwd(
     fixed = (loop, params, diff, init, sweep, scratch)
     ct_init, ct_params = sweep.schedule.reverse(*fixed, start, ct_buffers, batched)
     return ct_params, ct_init
+
+
+def differentiated(loop: Loop, perturbed: tuple[PyTree[bool], PyTree[bool]]) -> Loop:
+    """The loop whose ticks are differentiated: `loop.fixed_times` when nothing that
+    places the tick times is (see `Loop`). Under `vmap`, times traced per sample but
+    not differentiated (a latent ODE's save times) would otherwise give every emit and
+    step a time cotangent that is computed, carried back, and dropped."""
+    if loop.fixed_times is None or loop.times_of is None:
+        return loop
+    if any(jtu.tree_leaves(loop.times_of(*perturbed))):
+        return loop
+    return loop.fixed_times
 
 
 def diff_of(perturbed: tuple[PyTree[bool], PyTree[bool]], params: PyTree) -> PyTree[bool]:

@@ -111,6 +111,11 @@ class Loop(eqx.Module):
       what is computed.
     - `reversal`: how to undo ticks (see `Reversal`), or None; only `ReversibleAdjoint`
       needs it.
+    - `fixed_times`, `times_of`: the same loop with no derivative through the times of
+      its ticks, and `times_of(params, carry) -> PyTree` the leaves of a params-shaped
+      and a carry-shaped tree that place those times. Reverse mode differentiates
+      `fixed_times` when none of those leaves is differentiated: the time cotangents
+      it leaves out would all be dropped (None: always this loop).
     - `memo`: what tracing the loop's step found (see `StepMemo`); made with the loop,
       never passed.
     """
@@ -126,6 +131,8 @@ class Loop(eqx.Module):
     num_steps: int | None = eqx.field(static=True, default=None)
     batch_size: int = eqx.field(static=True, default=1)
     reversal: Reversal | None = eqx.field(static=True, default=None)
+    fixed_times: "Loop | None" = eqx.field(static=True, default=None)
+    times_of: Callable[[PyTree, PyTree], PyTree] | None = eqx.field(static=True, default=None)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:

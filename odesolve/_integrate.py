@@ -5,6 +5,7 @@ differentiates it; saving (`_saving`) and events (`_event`) each keep their part
 loop's carry and turn it into output afterwards.
 """
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -243,19 +244,17 @@ def _solve(
     init = _step.initial_state(config, params, y0_flat, input_checks(config, params), meter_last)
     differentiable = not (adjoint.continuous or adjoint.implicit)
     init = resumed(init, resume, config.needs_error, differentiable)
-    loop = Loop(
-        cond=lambda p, s: _step.keep_going(config, p, s),
-        body=lambda p, s: _step.step(config, p, s),
-        pending=_step.pending,
-        emit=lambda p, s: _step.emit(config, p, s),
-        max_steps=max_steps,
+    make_loop = functools.partial(
+        _loop,
         max_emits=_saving.max_emits(config.saving, params.save_ts),
         num_steps=num_steps,
-        batch_size=batch,
-        decision=(lambda s: s.t_next) if config.needs_error else None,
-        replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
-        reversal=reversal(config) if adjoint.reverses else None,
+        batch=batch,
+        reverses=adjoint.reverses,
     )
+    fixed = None
+    if not config.static_times and config.event is None:
+        fixed = make_loop(dataclasses.replace(config, static_times=True))
+    loop = make_loop(config, fixed_times=fixed)
     buffers = _saving.buffers(config.saving, params.save_ts, spec, len(config.table), time_dtype)
     problem = None
     if adjoint.continuous:
@@ -263,6 +262,51 @@ def _solve(
         problem = continuous_problem(adjoint, solver, max_steps, throw, diffeqsolve)
     final, buffers = adjoint.run_loop(loop, params, init, buffers, problem)
     return _finish(config, params, saveat, y0_flat, final, buffers, t0, t1)
+
+
+def _loop(
+    config: Config,
+    *,
+    max_emits: int,
+    num_steps: int | None,
+    batch: int,
+    reverses: bool,
+    fixed_times: Loop | None = None,
+) -> Loop:
+    """The solve as a loop for an adjoint; `fixed_times`: the same loop with no
+    derivative through the step and save times (see `Loop`)."""
+    return Loop(
+        cond=lambda p, s: _step.keep_going(config, p, s),
+        body=lambda p, s: _step.step(config, p, s),
+        pending=_step.pending,
+        emit=lambda p, s: _step.emit(config, p, s),
+        max_steps=config.max_steps,
+        max_emits=max_emits,
+        num_steps=num_steps,
+        batch_size=batch,
+        decision=(lambda s: s.t_next) if config.needs_error else None,
+        replay=lambda s, t_next: eqx.tree_at(lambda s: s.t_next, s, t_next),
+        reversal=reversal(config) if reverses else None,
+        fixed_times=fixed_times,
+        times_of=_times_of if fixed_times is not None else None,
+    )
+
+
+def _times_of(params: Params, state: _step.State) -> tuple:
+    """What places the step and save times: the solve's ends, first step size, save
+    times and controller, and where the loop starts (its first step's end). As for
+    `static_times`, step sizes the controller picks carry no derivative."""
+    return (
+        params.t_start,
+        params.t_end,
+        params.dt0,
+        params.save_ts,
+        params.controller,
+        params.direction,
+        state.t,
+        state.t_next,
+        state.controller_state,
+    )
 
 
 def _finish(
