@@ -55,10 +55,20 @@ def times(config: Config, *ts: Float[Array, ""]) -> tuple:
 
 def clipped_to_end(params: Params, start: Float[Array, ""], end: Float[Array, ""]) -> Any:
     """Where a step from `start` proposed to end at `end` ends: never past t_end, and at
-    t_end when it would leave less than 1% of its length to go (no sliver of a last step,
-    and no step of a few ulps left by rounding in start + dt)."""
-    end = jnp.minimum(end, params.t_end)
-    return jnp.where(params.t_end - end <= 0.01 * (end - start), params.t_end, end)
+    t_end when it would leave less than 100 ulps of t_end to go (as Diffrax: no step of
+    a few ulps left by rounding in start + dt) and at most 1% of its length (so a step of
+    a few ulps, near the resolution of time, is not stretched many times over)."""
+    t_end = params.t_end
+    end = jnp.minimum(end, t_end)
+    left = t_end - end
+    return jnp.where((left < _hundred_ulps(t_end)) & (left <= 0.01 * (end - start)), t_end, end)
+
+
+def _hundred_ulps(t: Float[Array, ""]) -> Float[Array, ""]:
+    """100 spacings of floats just below `t` (inf for t = inf: no step is stretched).
+    A threshold, so it carries no derivative."""
+    t = jax.lax.stop_gradient(t)
+    return 100 * (t - jnp.nextafter(t, jnp.asarray(-jnp.inf, t.dtype)))
 
 
 def initial_state(

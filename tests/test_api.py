@@ -397,12 +397,12 @@ PID_OPTIONS = {
 }
 
 
-def lv_steps(library, dt0=0.1, **options):
+def lv_steps(library, dt0=0.1, t1=10.0, **options):
     return library.diffeqsolve(
         library.ODETerm(helpers.lotka_volterra),
         library.Tsit5(),
         0.0,
-        10.0,
+        t1,
         dt0,
         jnp.array([1.0, 1.0]),
         saveat=library.SaveAt(steps=True),
@@ -451,6 +451,21 @@ def test_adaptive_explicit_solvers_take_the_steps_diffrax_takes(name):
     for key in ("num_steps", "num_accepted_steps", "num_rejected_steps"):
         assert int(ours.stats[key]) == int(theirs.stats[key]), key
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-9)
+
+
+def test_pid_takes_diffrax_s_short_last_step():
+    """As in Diffrax, a last step shorter than 1% of the one before is taken: only a
+    step ending within 100 ulps of t1 is stretched onto it."""
+    reference = lv_steps(diffrax)
+    full = helpers.finite(reference.ts, reference.ys)[0]
+    k = len(full) // 2
+    t1 = full[k] + 0.005 * (full[k] - full[k - 1])  # step k + 1 is 0.5% of step k
+    ours, theirs = (lv_steps(lib, t1=t1) for lib in (ode, diffrax))
+    for key in ("num_steps", "num_accepted_steps", "num_rejected_steps"):
+        assert int(ours.stats[key]) == int(theirs.stats[key]), key
+    np.testing.assert_allclose(ours.ts, theirs.ts, rtol=1e-9)
+    sizes = step_sizes(ours)
+    assert len(sizes) == k + 2 and sizes[-1] < 0.01 * sizes[-2]
 
 
 def test_pid_dtmin_and_dtmax_bound_the_steps():
