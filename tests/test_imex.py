@@ -2,6 +2,8 @@
 Diffrax's values on fixed steps, the published orders against a closed form, error
 control against scipy, gradients against finite differences."""
 
+import dataclasses
+
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ import scipy.integrate
 import scipy.linalg
 
 import odesolve as ode
+from odesolve._solver._additive import AbstractAdditiveRungeKutta
 
 # (solver class name, order)
 IMEX = [("KenCarp3", 3), ("KenCarp4", 4), ("KenCarp5", 5), ("Sil3", 2)]
@@ -85,11 +88,11 @@ def test_fixed_steps_and_dense_output_are_diffrax_values_every_method(name):
     _check_agrees_with_diffrax(name)
 
 
-def _check_order(name: str, order: int) -> None:
+def _check_order(solver, order: int) -> None:
     terms = ode.MultiTerm(ode.ODETerm(_rotation), ode.ODETerm(_relaxation))
     # dt traced: one compilation for every step size.
     final = jax.jit(
-        lambda dt: ode.diffeqsolve(terms, _solver(name), 0.0, 1.0, dt, jnp.asarray(Y0)).ys[-1]
+        lambda dt: ode.diffeqsolve(terms, solver, 0.0, 1.0, dt, jnp.asarray(Y0)).ys[-1]
     )
     # Small enough steps that the stiff part (h |lambda| <= 0.6) shows the full order.
     dts = [2.0**-k for k in range(4, 9)]
@@ -100,14 +103,44 @@ def _check_order(name: str, order: int) -> None:
 
 @pytest.mark.parametrize("name, order", [("KenCarp4", 4)])
 def test_convergence_order_against_the_closed_form(name, order):
-    _check_order(name, order)
+    _check_order(_solver(name), order)
 
 
 @pytest.mark.matrix
 @pytest.mark.parametrize("name, order", [("KenCarp3", 3), ("KenCarp5", 5), ("Sil3", 2)])
 def test_convergence_order_against_the_closed_form_every_method(name, order):
-    _check_order(name, order)
+    _check_order(_solver(name), order)
 
+
+
+def _embedded_method(name: str) -> AbstractAdditiveRungeKutta:
+    """The method of a solver's embedded weights b - error (the solution its error
+    estimate is measured against), with a linear dense output."""
+    tableau = getattr(ode, name).tableau
+    weights = tuple(b - e for b, e in zip(tableau.b_explicit, tableau.error_explicit))
+    linear = tuple((w,) for w in weights)
+    embedded = dataclasses.replace(
+        tableau, b_explicit=weights, b_implicit=weights, error_explicit=None,
+        error_implicit=None, interp_explicit=linear, interp_implicit=linear, error_order=None,
+    )  # fmt: skip
+    return type(f"{name}Embedded", (AbstractAdditiveRungeKutta,), {"tableau": embedded})()
+
+
+# The error estimate's embedded method: its order, in the explicit part, the implicit part
+# and their coupling (the rotation and the relaxation do not commute), and its stability
+# function zero at infinity, so a stiff component at equilibrium adds nothing to it.
+@pytest.mark.parametrize("name, order", [("KenCarp4", 2), ("KenCarp5", 3)])
+def test_the_error_estimate_is_against_a_method_of_its_order(name, order):
+    _check_order(_embedded_method(name), order)
+
+
+@pytest.mark.parametrize("name", ["KenCarp4", "KenCarp5"])
+def test_the_error_estimate_is_against_an_l_stable_method(name):
+    stiff = ode.ODETerm(lambda t, y, args: -1e9 * y)
+    terms = ode.MultiTerm(ode.ODETerm(lambda t, y, args: 0.0 * y), stiff)
+    y0 = jnp.array([1.0])
+    y1 = ode.diffeqsolve(terms, _embedded_method(name), 0.0, 1.0, 1.0, y0).ys[-1]
+    assert abs(float(y1[0])) < 1e-6
 
 def _scipy_reference(lam: float, t1: float) -> np.ndarray:
     sol = scipy.integrate.solve_ivp(
