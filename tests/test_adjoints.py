@@ -279,7 +279,7 @@ def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
 
 @pytest.mark.parametrize(
     "length, starts",
-    [(3, None), (3, 2), (100, None)],
+    [pytest.param(3, None, marks=pytest.mark.matrix), (3, 2), (100, None)],
     ids=["re-taped", "thinned", "one-segment"],
 )
 def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_reference, monkeypatch):
@@ -758,6 +758,7 @@ def temp_bytes(n, adjoint, controller=None):
     return analysis.temp_size_in_bytes
 
 
+@pytest.mark.matrix  # a memory budget's bound on a gradient stays in the suite
 def test_checkpointed_memory_grows_sublinearly():
     fixed = ode.RecursiveCheckpointAdjoint(checkpoints=64)
     checkpointed = {n: temp_bytes(n, fixed) for n in (1_000, 100_000)}
@@ -775,7 +776,9 @@ def test_a_memory_budget_bounds_a_known_step_count_gradient():
     assert within[1_000] < temp_bytes(1_000, ode.RecursiveCheckpointAdjoint()) / 4
 
 
-@pytest.mark.parametrize("controller", [None, PID], ids=["revolve", "online"])
+@pytest.mark.parametrize(
+    "controller", [None, pytest.param(PID, marks=pytest.mark.matrix)], ids=["revolve", "online"]
+)
 def test_each_checkpoint_is_stored_once(controller):
     """An extra checkpoint costs what an extra taped state costs: one stored carry. (A
     `cond` around a sweep that writes to the slots used to make XLA copy them.)"""
@@ -877,7 +880,9 @@ def decay_past_a_jump(y0, rate, jump=1.0, adjoint=ode.RecursiveCheckpointAdjoint
     ],
     ids=["tape", "segments", "online"],
 )
-@pytest.mark.parametrize("jump", [1.0, 5.0], ids=["jump-inside", "jump-outside"])
+@pytest.mark.parametrize(
+    "jump", [1.0, pytest.param(5.0, marks=pytest.mark.matrix)], ids=["jump-inside", "jump-outside"]
+)
 def test_gradients_with_jump_ts(adjoint, jump):
     """With `jump_ts` the step re-evaluates f after a jump (a `cond` on a carried flag).
     The reverse sweep is handed that flag as a Python bool: the step's residual layout

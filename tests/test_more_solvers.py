@@ -51,7 +51,14 @@ def test_fixed_steps_equal_diffrax_and_converge_at_the_order(name):
     assert slope == pytest.approx(order, abs=0.25), errors
 
 
-@pytest.mark.parametrize("name", ["ReversibleHeun", "HalfSolver(Euler)", "HalfSolver(Heun)"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ReversibleHeun",
+        "HalfSolver(Euler)",
+        pytest.param("HalfSolver(Heun)", marks=pytest.mark.matrix),
+    ],
+)
 def test_adaptive_steps_reach_the_tolerance(name):
     ours, _, _ = NEW[name]
     sol = solve(ours, 0.01, stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6))
