@@ -553,6 +553,7 @@ def test_shared_parameters_under_vmap_get_the_sum_of_per_sample_gradients(checkp
         assert relative_error(by_sample, want_scales) <= 1e-10, loss.__name__
 
 
+@pytest.mark.matrix  # batched outputs and gradients, every output, stay in the suite
 def test_outputs_that_read_shared_parameters_under_vmap_taping_and_recomputing():
     """A state saved after every step through a function of the shared rates
     (`SaveAt(steps=True, fn=...)`), so that the emits read the parameters: their

@@ -76,6 +76,7 @@ def test_forward_steps_table_values():
 # ------------------------------------------------------------------ online slot table
 
 
+@pytest.mark.matrix  # the online schedule's unknown-count case stays in the suite
 def test_online_thinning_keeps_multiples_of_the_stride():
     slots = 4
     schedule = Online(slots=slots)

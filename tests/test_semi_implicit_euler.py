@@ -85,7 +85,7 @@ def _by_differences(k, q0, eps=1e-6):
 @pytest.mark.parametrize(
     "adjoint",
     [
-        ode.RecursiveCheckpointAdjoint(),
+        pytest.param(ode.RecursiveCheckpointAdjoint(), marks=pytest.mark.matrix),
         pytest.param(ode.DirectAdjoint(), marks=pytest.mark.matrix),
         pytest.param(ode.RecursiveCheckpointAdjoint(3), marks=pytest.mark.matrix),
     ],
