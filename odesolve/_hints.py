@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import jax.tree_util as jtu
 import numpy as np
 
@@ -61,9 +62,36 @@ def list_of_numbers(y0: PyTree) -> str | None:
     )
 
 
-def args_not_passed(error: Exception, args: PyTree) -> str | None:
+class _ArgsRead(Exception):
+    """Raised by `_ArgsProbe` when the field reads the args it was given."""
+
+
+class _ArgsProbe:
+    """Stands in for args=None: any read of it (unpacking, indexing, an attribute, a
+    length) raises `_ArgsRead`, so a field that reads args is told from one that fails
+    for another reason without reading the error's text."""
+
+    def _read(self, *_: Any) -> Any:
+        raise _ArgsRead
+
+    __iter__ = __getitem__ = __len__ = __getattr__ = _read
+
+
+def _reads_args(fn: Callable, t0: Any, y0: Any) -> bool:
+    try:
+        jax.eval_shape(lambda t, y: fn(t, y, _ArgsProbe()), t0, y0)
+    except _ArgsRead:
+        return True
+    except Exception:  # it fails before or without reading args: not this mistake
+        return False
+    return False
+
+
+def args_not_passed(
+    fn: Callable, error: Exception, t0: Any, y0: Any, args: PyTree
+) -> str | None:
     """The field read `args` (unpacked, indexed, an attribute) while none was passed."""
-    if args is not None or "NoneType" not in str(error):
+    if args is not None or not _reads_args(fn, t0, y0):
         return None
     frames = traceback.extract_tb(error.__traceback__)
     where = ""

@@ -5,6 +5,7 @@ Each error names the argument, shows the value and says the fix. Values that are
 reports them through `RESULTS`.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -21,7 +22,7 @@ from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
 from ._controller.constant import StepTo
 from ._event import BoundCondition, check_condition_outputs, condition_kwargs
-from ._flat import complex_dtype, real_dtype, widest_float
+from ._flat import PyTree, complex_dtype, real_dtype, widest_float
 from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
@@ -214,7 +215,7 @@ def _field_hint(fn: Any, error: Exception, t0: Any, y0: Any, args: Any) -> str |
     signature = _hints.wrong_signature(fn, "ODETerm's vector field", "f(t, y, args)", t0, y0, args)
     if signature is not None:
         return f"{signature}: write it as def f(t, y, args) (args may go unused)"
-    return _hints.args_not_passed(error, args) or _hints.list_of_numbers(y0)
+    return _hints.args_not_passed(fn, error, t0, y0, args) or _hints.list_of_numbers(y0)
 
 
 def _check_condition_returns_an_array(cond, out) -> None:
@@ -231,6 +232,27 @@ _CONDITION_RETURNS = (
 )
 
 
+class _NotAnArray(Exception):
+    """An event condition returned something other than arrays or numbers."""
+
+
+_ARRAY_LIKE = (jax.Array, np.ndarray, np.generic, bool, int, float)
+
+
+def _checked_condition(cond: Callable, kwargs: dict[str, Any]) -> Callable:
+    """`cond` with the solve's keyword arguments bound, refusing a non-array result
+    before JAX's tracing turns it into an error about JAX types."""
+
+    def bound(t: Any, y: PyTree, args: PyTree) -> Any:
+        out = cond(t, y, args, **kwargs)
+        if not all(isinstance(leaf, _ARRAY_LIKE) for leaf in jtu.tree_leaves(out)):
+            raise _NotAnArray
+        return out
+
+    bound.__name__ = getattr(cond, "__name__", "condition")
+    return bound
+
+
 def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
     """The event's conditions traced once each (see `_closure`), with their keyword
     arguments bound: they are fixed for the solve."""
@@ -239,10 +261,14 @@ def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controlle
     kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
     conditions = []
     for cond in event.conditions:
-        bound = lambda t, y, a, cond=cond: cond(t, y, a, **kwargs)
-        bound.__name__ = getattr(cond, "__name__", "condition")
+        bound = _checked_condition(cond, kwargs)
         try:
             traced = trace_once(bound, t0, y0, args)
+        except _NotAnArray:  # returned a string, an object...
+            raise ValueError(
+                f"event condition {cond!r} returned a value that is not an array; "
+                + _CONDITION_RETURNS
+            ) from None
         except TypeError as e:
             call = "cond(t, y, args, **kwargs)"
             signature = _hints.wrong_signature(
@@ -252,11 +278,6 @@ def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controlle
                 raise TypeError(
                     f"{signature}: the solve passes keyword arguments ({', '.join(kwargs)}), "
                     "as Diffrax does. Write it as def cond(t, y, args, **kwargs)."
-                ) from None
-            if "not a valid JAX type" in str(e):  # returned a string, an object...
-                raise ValueError(
-                    f"event condition {cond!r} returned a value that is not an array; "
-                    + _CONDITION_RETURNS
                 ) from None
             raise TypeError(
                 f"calling the event condition {cond!r}(t0, y0, args) failed: {e}"
