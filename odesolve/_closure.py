@@ -85,8 +85,22 @@ def _trace(fn: Callable, example_args: tuple) -> TracedFunction:
     closed, out_struct = jax.make_jaxpr(with_explicit_leaves, return_shape=True)(own, dynamic)
     name = getattr(fn, "__name__", type(fn).__name__)
     return TracedFunction(
-        closed.jaxpr, own, list(closed.consts), shape_record(example_args), out_struct, name
+        _without_consts(closed.jaxpr),
+        own,
+        list(closed.consts),
+        shape_record(example_args),
+        out_struct,
+        name,
     )
+
+
+def _without_consts(jaxpr: Any) -> Any:
+    """`jaxpr` holding no constant values. Newer JAX keeps the constants inside the
+    jaxpr too; the jaxpr is a static field (part of a cache key in every `jit` that
+    sees it), so a constant that is a tracer would leak through it. Replacing the
+    const variables by themselves drops the held values; they are passed explicitly
+    (`captured`) at every call."""
+    return jaxpr.replace(constvars=jaxpr.constvars)
 
 
 _SIZE = 32

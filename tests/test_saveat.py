@@ -40,6 +40,11 @@ def lv_every_step():
     return lv_solve(ode, ode.SaveAt(steps=True))
 
 
+# Two solves that save differently are two compiled programs, and XLA may fuse (and so
+# round) their arithmetic differently. The step-size controller magnifies a last-bit
+# difference in the error estimate, so their step times agree to about 1e-10, not bitwise.
+ACROSS_PROGRAMS = 1e-9
+
 ORDERED_TS = jnp.array([0.5, 2.0, 7.5])
 ORDERED = dict(t0=True, ts=ORDERED_TS, steps=3, t1=True)
 
@@ -101,11 +106,11 @@ def test_outputs_are_ordered_t0_ts_steps_then_t1():
     expected = np.concatenate([[0.0], ORDERED_TS, every_third, [10.0]])
     n = len(expected)
     assert sol.ts.shape == (1 + 3 + 256 // 3 + 1,)
-    np.testing.assert_allclose(sol.ts[:n], expected, rtol=1e-12)
+    np.testing.assert_allclose(sol.ts[:n], expected, rtol=ACROSS_PROGRAMS)
     assert np.all(np.isinf(sol.ts[n:])) and np.all(np.isinf(sol.ys[n:]))
     np.testing.assert_array_equal(sol.ys[0], Y0)
-    np.testing.assert_allclose(sol.ys[4 : n - 1], step_ys[2::3], rtol=1e-12)
-    np.testing.assert_allclose(sol.ys[n - 1], step_ys[-1], rtol=1e-12)
+    np.testing.assert_allclose(sol.ys[4 : n - 1], step_ys[2::3], rtol=ACROSS_PROGRAMS)
+    np.testing.assert_allclose(sol.ys[n - 1], step_ys[-1], rtol=ACROSS_PROGRAMS)
 
 
 def test_unused_step_rows_are_inf():
@@ -267,10 +272,10 @@ def summary(t, y, args):
 def test_fn_is_applied_to_every_kind_of_output():
     plain = lv_ordered()
     summed = lv_solve(ode, ode.SaveAt(**ORDERED, fn=summary))
-    np.testing.assert_array_equal(summed.ts, plain.ts)
-    np.testing.assert_allclose(summed.ys["total"], plain.ys.sum(axis=1), rtol=1e-14)
-    np.testing.assert_allclose(summed.ys["scaled"], 2.0 * plain.ys, rtol=1e-14)
-    np.testing.assert_array_equal(summed.ys["t"], plain.ts)
+    np.testing.assert_allclose(summed.ts, plain.ts, rtol=ACROSS_PROGRAMS)
+    np.testing.assert_allclose(summed.ys["total"], plain.ys.sum(axis=1), rtol=ACROSS_PROGRAMS)
+    np.testing.assert_allclose(summed.ys["scaled"], 2.0 * plain.ys, rtol=ACROSS_PROGRAMS)
+    np.testing.assert_array_equal(summed.ys["t"], summed.ts)
 
 
 def test_dense_only_saves_no_ts_or_ys():
