@@ -20,7 +20,7 @@ from ._config import Config, Params
 from ._controller._base import next_start
 from ._field import OneTrace, Rematerialised
 from ._results import RESULTS
-from ._solver._base import StepContext, StepField, StepResult
+from ._solver._base import StartInput, StepContext, StepField, StepInput, StepResult
 
 
 class State(eqx.Module):
@@ -97,7 +97,7 @@ def initial_state(
         t=t0,
         t_next=clipped_to_end(params, t0, t_next),
         y=y0,
-        solver_state=config.solver.start(vf, t0, y0, k0, args),
+        solver_state=config.solver.start(StartInput(vf=vf, t0=t0, y0=y0, k0=k0, args=args)),
         made_jump=jnp.asarray(False) if config.jumps else None,
         controller_state=controller_state,
         num_steps=zero,
@@ -127,9 +127,18 @@ def step(config: Config, params: Params, state: State) -> State:
     context = StepContext(params.controller.tolerances(), params.direction, config.spec)
     vf = StepField(Rematerialised(params.vf, OneTrace()), params.vf)
     out = config.solver.advance(
-        vf, t0, t1 - t0, state.y, state.solver_state, state.made_jump, params.args,
-        config.needs_error, context,
-    )  # fmt: skip
+        StepInput(
+            vf=vf,
+            t0=t0,
+            h=t1 - t0,
+            y0=state.y,
+            state=state.solver_state,
+            made_jump=state.made_jump,
+            args=params.args,
+            with_error=config.needs_error,
+            context=context,
+        )
+    )
     proposal = params.controller.adapt(
         t0, t1, state.y, out.y1, out.y_error, state.controller_state,
         config.solver.error_order(), config.spec,

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float
 from .._flat import PyTree, in_state_dtype
 from .._term import AbstractTerm, MultiTerm, ODETerm, OnePart
 from ._additive_tableau import AdditiveTableau
-from ._base import Field, StepContext, StepField, StepResult
+from ._base import StartInput, StepContext, StepInput, StepResult
 from ._chord import FlatJacobian, frozen, lu_factor, solve_stage
 from ._implicit import AbstractImplicitRungeKutta, _newton_settings, _RealView, as_complex, as_real
 from ._runge_kutta import Stages
@@ -166,30 +166,16 @@ class AbstractAdditiveRungeKutta(AbstractImplicitRungeKutta):
         degree = _degree(self.tableau)
         return tuple(tuple(float(p == q) for q in range(degree)) for p in range(degree))
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return _first_stages(vf, t0, y0, args) if self.tableau.fsal else None
+    def start(self, first: StartInput) -> Any:
+        if not self.tableau.fsal:
+            return None
+        return _first_stages(first.vf, first.t0, first.y0, first.args)
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        k0 = _carried_or_fresh(self.tableau.fsal, vf, t0, y0, state, made_jump, args)
-        out = self._stages(vf, t0, h, y0, k0, args, with_error, context)
+    def advance(self, step: StepInput) -> StepResult:
+        k0 = _carried_or_fresh(self.tableau.fsal, step)
+        out = self._stages(
+            step.vf, step.t0, step.h, step.y0, k0, step.args, step.with_error, step.context
+        )
         dense = _dense(self.tableau, out.explicit, out.implicit)
         carried = (out.explicit[-1], out.implicit[-1]) if self.tableau.fsal else None
         failed = out.failed if self.tableau.implicit else None
@@ -248,11 +234,12 @@ def _first_stages(vf: Any, t0: Array, y0: Array, args: PyTree) -> tuple[Array, A
     return explicit.at_start(t0, y0, args), implicit.at_start(t0, y0, args)
 
 
-def _carried_or_fresh(fsal, vf, t0, y0, carried, made_jump, args) -> tuple[Array, Array]:
-    """Both parts at (t0, y0): carried by first-same-as-last methods, evaluated again
-    after a jump (the right limit) and by every other method."""
+def _carried_or_fresh(fsal: bool, step: StepInput) -> tuple[Array, Array]:
+    """Both parts at (t0, y0): carried in `step.state` by first-same-as-last methods,
+    evaluated again after a jump (the right limit) and by every other method."""
+    fresh = lambda: _first_stages(step.vf, step.t0, step.y0, step.args)
     if not fsal:
-        return _first_stages(vf, t0, y0, args)
-    if made_jump is None:
-        return carried
-    return lax.cond(made_jump, lambda: _first_stages(vf, t0, y0, args), lambda: carried)
+        return fresh()
+    if step.made_jump is None:
+        return step.state
+    return lax.cond(step.made_jump, fresh, lambda: step.state)

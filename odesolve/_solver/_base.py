@@ -1,11 +1,12 @@
 """What every solver is: `AbstractSolver`, and what a step hands back.
 
 The step loop works on one flat state vector in internal time tau (see `_flat` and
-`_field`), and asks a solver for two things: `start`, the state it carries from step to
-step (a first-same-as-last derivative, a second state, a previous point), and `advance`,
-one attempted step. A step returns its new state, an error estimate, and the vectors its
-dense output is made of: y(theta) = y0 + h sum_i w_i(theta) dense_i, the weights given by
-the solver's `interpolation` table (see `_interpolation`).
+`_field`), and asks a solver for two things: `start` (given a `StartInput`), the state it
+carries from step to step (a first-same-as-last derivative, a second state, a previous
+point), and `advance` (given a `StepInput`), one attempted step. A step returns its new
+state, an error estimate, and the vectors its dense output is made of: y(theta) = y0 + h
+sum_i w_i(theta) dense_i, the weights given by the solver's `interpolation` table (see
+`_interpolation`).
 
 Diffrax's low-level API (`init`, `step`, `func`) works on the user's PyTree state and
 real time, for people who write their own loops; it is built on the same two methods.
@@ -60,6 +61,50 @@ class StepContext(eqx.Module):
     tolerances: tuple[Any, Any] | None
     direction: Any
     spec: FlatSpec | None = eqx.field(static=True)
+
+
+class StartInput(eqx.Module):
+    """Where a solve begins, as a solver's `start` is told it.
+
+    - `vf`: the vector field on the flat state, f(t, y, args) (the loop's `FlatField`).
+    - `t0`: the start time (internal time tau).
+    - `y0`: (n,) the initial state.
+    - `k0`: (n,) f(t0, y0), evaluated once by the loop.
+    - `args`: the user's `args`, passed to `vf`.
+    """
+
+    vf: Field
+    t0: Float[Array, ""]
+    y0: Float[Array, " n"]
+    k0: Float[Array, " n"]
+    args: PyTree
+
+
+class StepInput(eqx.Module):
+    """One step to attempt, from (t0, y0) with size h, as a solver's `advance` is told it.
+
+    - `vf`: the vector field as a step is given it (`StepField`).
+    - `t0`: where the step starts (internal time tau); `h`: its size, > 0 in the loop.
+    - `y0`: (n,) the state at t0.
+    - `state`: what the solver carries into the step (`start`'s, then the last accepted
+      step's `StepResult.state`).
+    - `made_jump`: the last step ended on a discontinuity, so whatever `state` holds of f
+      at t0 is its left limit (None: there are no jumps).
+    - `args`: the user's `args`, passed to `vf`.
+    - `with_error`: whether to return an error estimate (static: whether the controller
+      reads one).
+    - `context`: what the loop tells beyond the step (`StepContext`), or None.
+    """
+
+    vf: StepField
+    t0: Float[Array, ""]
+    h: Float[Array, ""]
+    y0: Float[Array, " n"]
+    state: PyTree
+    made_jump: Bool[Array, ""] | None
+    args: PyTree
+    with_error: bool = eqx.field(static=True)
+    context: StepContext | None
 
 
 class StepResult(eqx.Module):
@@ -152,31 +197,12 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         """Dense-output coefficients, one row per vector of `StepResult.dense`."""
 
     @abc.abstractmethod
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        """The state carried into the first step, given k0 = f(t0, y0)."""
+    def start(self, first: StartInput) -> Any:
+        """The state carried into the first step."""
 
     @abc.abstractmethod
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        """One step. `made_jump`: the last step ended on a discontinuity, so whatever
-        the state holds of f at t0 is its left limit (None: there are no jumps)."""
+    def advance(self, step: StepInput) -> StepResult:
+        """One attempted step."""
 
     # ------------------------------------------------- Diffrax's low-level API
 
@@ -187,7 +213,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
         t, _ = as_times(t0, t1, state=y0)
-        return self.start(field, t, y, field(t, y, args), args)
+        return self.start(StartInput(vf=field, t0=t, y0=y, k0=field(t, y, args), args=args))
 
     def step(
         self,
@@ -205,15 +231,17 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         start, end = as_times(t0, t1, state=y0)
         context = StepContext(None, jnp.ones((), start.dtype), spec)
         out = self.advance(
-            StepField(field, field),
-            start,
-            end - start,
-            spec.ravel(y0),
-            solver_state,
-            jnp.asarray(made_jump),
-            args,
-            self.adaptive,
-            context,
+            StepInput(
+                vf=StepField(field, field),
+                t0=start,
+                h=end - start,
+                y0=spec.ravel(y0),
+                state=solver_state,
+                made_jump=jnp.asarray(made_jump),
+                args=args,
+                with_error=self.adaptive,
+                context=context,
+            )
         )
         result: Any = RESULTS.successful
         if out.failed is not None:

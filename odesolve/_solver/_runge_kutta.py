@@ -15,7 +15,7 @@ from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
-from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
@@ -134,51 +134,28 @@ class AbstractTableauMethod(AbstractSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return tuple(self.tableau.interp[i] for i in self.tableau.interp_stages)
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return k0 if self.tableau.fsal else None
+    def start(self, first: StartInput) -> Any:
+        return first.k0 if self.tableau.fsal else None
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        k0 = _first_stage(self.tableau.fsal, vf, t0, y0, state, made_jump, args)
-        out = self.stages(vf, t0, h, y0, k0, args, with_error, context)
+    def advance(self, step: StepInput) -> StepResult:
+        k0 = _first_stage(self.tableau.fsal, step)
+        out = self.stages(
+            step.vf, step.t0, step.h, step.y0, k0, step.args, step.with_error, step.context
+        )
         dense = tuple(out.ks[i] for i in self.tableau.interp_stages)
         state = out.ks[-1] if self.tableau.fsal else None
         return StepResult(out.y1, out.y_error, dense, state, out.failed)
 
 
-def _first_stage(
-    fsal: bool,
-    vf: StepField,
-    t0: Float[Array, ""],
-    y0: Float[Array, " n"],
-    carried: Float[Array, " n"] | None,
-    made_jump: Bool[Array, ""] | None,
-    args: PyTree,
-):
-    """f(t0, y0): carried by first-same-as-last methods, and evaluated again after a
-    jump (the step then starts just past it, and this is the right limit)."""
+def _first_stage(fsal: bool, step: StepInput) -> Float[Array, " n"]:
+    """f(t0, y0): carried in `step.state` by first-same-as-last methods, and evaluated
+    again after a jump (the step then starts just past it, and this is the right limit)."""
+    at_start = lambda: step.vf.at_start(step.t0, step.y0, step.args)
     if not fsal:
-        return vf.at_start(t0, y0, args)
-    if made_jump is None:
-        return carried
-    return jax.lax.cond(made_jump, lambda: vf.at_start(t0, y0, args), lambda: carried)
+        return at_start()
+    if step.made_jump is None:
+        return step.state
+    return jax.lax.cond(step.made_jump, at_start, lambda: step.state)
 
 
 class AbstractRungeKutta(AbstractTableauMethod):

@@ -25,7 +25,7 @@ from jaxtyping import Array, Bool, Float
 from .._flat import FlatSpec, PyTree
 from .._results import RESULTS
 from .._term import MultiTerm, ODETerm
-from ._base import AbstractSolver, StepContext, StepField, StepResult, writes_diffrax_steps
+from ._base import AbstractSolver, StartInput, StepInput, StepResult, writes_diffrax_steps
 from ._kinds import AbstractWrappedSolver
 
 # Degree of Diffrax's local interpolations (matched by class name, so that Diffrax's own
@@ -130,42 +130,28 @@ class UserSolver(AbstractWrappedSolver):
                 return _DEGREES[cls.__name__]
         return _MOST_DEGREE
 
-    def start(
-        self,
-        vf: Any,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
+    def start(self, first: StartInput) -> Any:
         # The loop hands `start` its flat field (`FlatField`), which knows the layout.
         # The step's end is not known yet: `init` is given t1 = t0.
+        vf: Any = first.vf
         spec, direction = vf.spec, vf.direction
-        t = direction * t0
-        return self.solver.init(_user_terms(vf, spec, direction), t, t, spec.unravel(y0), args)
+        t = direction * first.t0
+        terms = _user_terms(vf, spec, direction)
+        return self.solver.init(terms, t, t, spec.unravel(first.y0), first.args)
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
+    def advance(self, step: StepInput) -> StepResult:
+        context = step.context
         assert context is not None and context.spec is not None  # the loop gives both
         spec, d = context.spec, context.direction
+        t0, h, y0 = step.t0, step.h, step.y0
         ta, tb = d * t0, d * (t0 + h)
-        jump = jnp.asarray(False) if made_jump is None else made_jump
+        jump = jnp.asarray(False) if step.made_jump is None else step.made_jump
         y1, y_error, dense_info, new_state, result = self.solver.step(
-            _user_terms(vf, spec, d), ta, tb, spec.unravel(y0), args, state, jump
+            _user_terms(step.vf, spec, d), ta, tb, spec.unravel(y0), step.args, step.state, jump
         )
         failed = _failed(result)
         error = None
-        if with_error:
+        if step.with_error:
             error = self._flat_error(spec, y_error)
             if failed is not None:  # a failed step is rejected, as an implicit stage's
                 error = jnp.where(failed, jnp.inf, error)

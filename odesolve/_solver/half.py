@@ -5,14 +5,13 @@ solution and the difference is the error estimate (Hairer, Norsett & Wanner, *So
 ODEs I*, sec. II.4). Three steps of the wrapped solver per step.
 """
 
+from dataclasses import replace
 from typing import Any
 
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree
 from .._term import ODETerm
-from ._base import AbstractSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractSolver, StartInput, StepInput, StepResult
 from ._kinds import AbstractWrappedSolver
 
 
@@ -46,38 +45,29 @@ class HalfSolver(AbstractWrappedSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return self.solver.interpolation
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return self.solver.start(vf, t0, y0, k0, args)
+    def start(self, first: StartInput) -> Any:
+        return self.solver.start(first)
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
+    def advance(self, step: StepInput) -> StepResult:
         inner = self.solver.advance
+        h, made_jump = step.h, step.made_jump
         half = 0.5 * h
-        first = inner(vf, t0, half, y0, state, made_jump, args, False, context)
+        first = inner(replace(step, h=half, with_error=False))
         no_jump = None if made_jump is None else jnp.zeros_like(made_jump)
         second = inner(
-            vf, t0 + half, h - half, first.y1, first.state, no_jump, args, False, context
+            replace(
+                step,
+                t0=step.t0 + half,
+                h=h - half,
+                y0=first.y1,
+                state=first.state,
+                made_jump=no_jump,
+                with_error=False,
+            )
         )
-        whole = inner(vf, t0, h, y0, state, made_jump, args, False, context)
+        whole = inner(replace(step, with_error=False))
         failed = _either(_either(first.failed, second.failed), whole.failed)
-        y_error = jnp.abs(second.y1 - whole.y1) if with_error else None
+        y_error = jnp.abs(second.y1 - whole.y1) if step.with_error else None
         if y_error is not None and failed is not None:
             y_error = jnp.where(failed, jnp.inf, y_error)
         return StepResult(second.y1, y_error, whole.dense, second.state, failed)

@@ -15,10 +15,10 @@ by the reverse sweep as it keeps the step times. `ReversibleAdjoint` differentia
 
 from typing import Any
 
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from .._flat import PyTree, in_state_dtype
-from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._linear import AbstractLinearSecondOrder, linear_slope
 
 
@@ -30,31 +30,14 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
     def adaptive(self) -> bool:
         return False
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return t0, y0
+    def start(self, first: StartInput) -> Any:
+        return first.t0, first.y0
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        t_previous, y_previous = state
+    def advance(self, step: StepInput) -> StepResult:
+        vf, t0, h, y0 = step.vf, step.t0, step.h, step.y0
+        t_previous, y_previous = step.state
         t1 = t0 + h
-        y1 = y_previous + in_state_dtype(t1 - t_previous, y0) * vf.at_start(t0, y0, args)
+        y1 = y_previous + in_state_dtype(t1 - t_previous, y0) * vf.at_start(t0, y0, step.args)
         return StepResult(y1, None, (linear_slope(y0, y1, h),), (t0, y0))
 
     def kept(self, state: PyTree) -> PyTree:

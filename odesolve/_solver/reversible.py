@@ -28,11 +28,11 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
-from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._kinds import AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta, AbstractTableauMethod, Stages, rk_stages
 
@@ -83,37 +83,20 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         table = self.solver.interpolation
         return (*table, (1.0,) + (0.0,) * (len(table[0]) - 1))
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return y0
+    def start(self, first: StartInput) -> Any:
+        return first.y0
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        z0 = state
-        ahead = self._base_step(vf.at_start, vf, t0, h, z0, args, with_error, True, context)
+    def advance(self, step: StepInput) -> StepResult:
+        vf, t0, h, y0, args, context = step.vf, step.t0, step.h, step.y0, step.args, step.context
+        z0 = step.state
+        ahead = self._base_step(vf.at_start, vf, t0, h, z0, args, step.with_error, True, context)
         y1 = self.coupling * y0 + (1 - self.coupling) * z0 + (ahead.y1 - z0)
         back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False, context)
         z1 = z0 - (back.y1 - y1)
         failed = None
         if ahead.failed is not None and back.failed is not None:
             failed = ahead.failed | back.failed
-        y_error = ahead.y_error if with_error else None
+        y_error = ahead.y_error if step.with_error else None
         return StepResult(y1, y_error, self._dense(ahead, h, y0, z0), z1, failed)
 
     def retreat(

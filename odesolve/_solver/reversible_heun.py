@@ -15,10 +15,10 @@ is undone exactly (in exact arithmetic), for `ReversibleAdjoint`, by
 from typing import Any, ClassVar
 
 import jax
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from .._flat import PyTree, in_state_dtype
-from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._linear import AbstractLinearSecondOrder
 
 
@@ -35,38 +35,21 @@ class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
     def adaptive(self) -> bool:
         return True
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
-        return y0, k0
+    def start(self, first: StartInput) -> Any:
+        return first.y0, first.k0
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
-        yhat0, f0 = state
-        if made_jump is not None:
+    def advance(self, step: StepInput) -> StepResult:
+        vf, t0, h, y0, args = step.vf, step.t0, step.h, step.y0, step.args
+        yhat0, f0 = step.state
+        if step.made_jump is not None:
             # After a jump the carried derivative is the left limit: take the right one.
-            f0 = jax.lax.cond(made_jump, lambda: vf.at_start(t0, y0, args), lambda: f0)
+            f0 = jax.lax.cond(step.made_jump, lambda: vf.at_start(t0, y0, args), lambda: f0)
         hy = in_state_dtype(h, y0)
         yhat1 = 2 * y0 - yhat0 + hy * f0
         f1 = vf(t0 + h, yhat1, args)
         mean = 0.5 * (f0 + f1)
         y1 = y0 + hy * mean
-        y_error = 0.5 * hy * (f1 - f0) if with_error else None
+        y_error = 0.5 * hy * (f1 - f0) if step.with_error else None
         return StepResult(y1, y_error, (mean,), (yhat1, f1))
 
     def retreat(

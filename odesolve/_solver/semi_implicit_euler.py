@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from .._flat import FlatSpec, PyTree, in_state_dtype
 from .._term import AbstractTerm, ODETerm
-from ._base import AbstractReversibleSolver, Field, StepContext, StepField, StepResult
+from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._linear import LINEAR, linear_slope
 
 
@@ -59,29 +59,13 @@ class SemiImplicitEuler(AbstractReversibleSolver):
     def interpolation(self) -> tuple[tuple[float, ...], ...]:
         return LINEAR
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-    ) -> Any:
+    def start(self, first: StartInput) -> Any:
         return None
 
-    def advance(
-        self,
-        vf: StepField,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        state: PyTree,
-        made_jump: Bool[Array, ""] | None,
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> StepResult:
+    def advance(self, step: StepInput) -> StepResult:
+        context = step.context
         assert context is not None and context.spec is not None  # the loop gives both
+        vf, t0, h, y0, args = step.vf, step.t0, step.h, step.y0, step.args
         n_1 = first_part_size(context.spec)
         dt = in_state_dtype(h, y0)
         # The field's first part at (y_1, y_2) is f_1(t0, y_2): y_1's step.
