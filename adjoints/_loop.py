@@ -29,7 +29,8 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
-from ._lockstep import lockstep_while, where_any
+from ._lockstep import tree_where, where_any
+from ._ticks import Ticks, run_ticks
 
 if TYPE_CHECKING:
     from ._residuals import Layout
@@ -177,42 +178,27 @@ def apply_writes(
 
 def run_plain(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
     """Run `loop` with `lax.while_loop`s: forward mode (jvp) works, reverse mode does not."""
-
-    def steps_cond(carry: PyTree) -> Bool[Array, ""]:
-        return loop.cond(params, carry) & ~loop.pending(carry)
-
-    def steps_body(carry: PyTree) -> PyTree:
-        return loop.body(params, carry)
-
-    def steps_then_emit(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
-        carry = lax.while_loop(lambda c: steps_cond(c), lambda c: steps_body(c), carry)
-        carry, writes = loop.emit(params, carry)
-        return carry, apply_writes(bufs, writes, active)
-
-    def emit_tick(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
-        new, writes = loop.emit(params, carry)
-        return new, apply_writes(bufs, writes, active)
-
-    def emits_then_step(carry: PyTree, bufs: Buffers, active: Bool[Array, ""]) -> Plain:
-        """Under `vmap`: emits first, then one step, so that a step runs once per step of
-        the slowest sample rather than at every tick where some sample steps."""
-        carry, bufs = lockstep_while(
-            lambda c, b: loop.pending(c), lambda c, b, a: emit_tick(c, b, a & active), carry, bufs
-        )
-        step = steps_cond(carry) & active
-        return where_any(step, lambda: steps_body(carry), carry), bufs
-
     batched = loop.batch_size > 1
-    outer_body = emits_then_step if batched else steps_then_emit
 
-    # Fresh lambdas on every call: JAX caches control-flow bodies by hashing the callable,
-    # and a callable that is (or closes over) an `eqx.Module` holding tracers is unhashable
-    # since JAX 0.4.30 (jax-ml/jax#24722, equinox#768).
-    return lockstep_while(
-        lambda c, b: loop.going(params, c),
-        lambda c, b, a: outer_body(c, b, a),
-        init,
-        buffers,
-        batched,
-        body_keeps=True,
+    def step(carry: PyTree, stored: tuple[()], active: Bool[Array, ""]) -> tuple[PyTree, tuple[()]]:
+        if not batched:  # the inner loop runs only active steps
+            return loop.body(params, carry), stored
+        return where_any(active, lambda: loop.body(params, carry), carry), stored
+
+    def emit(
+        carry: PyTree, large: tuple[tuple[()], Buffers], active: Bool[Array, ""]
+    ) -> tuple[PyTree, tuple[tuple[()], Buffers]]:
+        new, writes = loop.emit(params, carry)
+        # Unbatched, an emit runs inactive only once the loop is over, and an emit that
+        # is not due changes nothing that is kept (see `Loop`): no select.
+        new = tree_where(active, new, carry) if batched else new
+        return new, (large[0], apply_writes(large[1], writes, active))
+
+    ticks = Ticks(
+        going=lambda c: loop.going(params, c),
+        pending=loop.pending,
+        step=step,
+        emit=emit,
     )
+    final, _, buffers = run_ticks(ticks, init, (), buffers, batched)
+    return final, buffers
