@@ -17,7 +17,7 @@ from adjoints import Write
 
 from . import _event, _saving
 from ._config import Config, Params
-from ._controller._base import next_start
+from ._controller._base import FirstStepInput, next_start
 from ._field import OneTrace, Rematerialised
 from ._results import RESULTS
 from ._solver._base import StartInput, StepContext, StepField, StepInput, StepResult
@@ -80,9 +80,18 @@ def initial_state(
 ) -> State:
     vf, args, t0 = params.vf, params.args, params.t_start
     k0 = vf(t0, y0, args)
-    t_next, controller_state = params.controller.start(
-        vf, t0, params.t_end, y0, k0, params.dt0, args, config.solver.error_order(), config.spec
+    first_step = FirstStepInput(
+        vf=vf,
+        t0=t0,
+        t1=params.t_end,
+        y0=y0,
+        k0=k0,
+        dt0=params.dt0,
+        args=args,
+        error_order=config.solver.error_order(),
+        spec=config.spec,
     )
+    t_next, controller_state = params.controller.start(first_step)
     result = jnp.where(
         jnp.all(jnp.isfinite(k0)), initial_result, RESULTS.nonfinite_initial_derivative
     )

@@ -11,6 +11,7 @@ import pytest
 import scipy.integrate
 
 import odesolve as ode
+from odesolve._controller._base import FirstStepInput
 from odesolve._solver import StepContext
 
 EPS = float(np.finfo(np.float64).eps)
@@ -257,7 +258,10 @@ def test_failed_newton_solve_is_an_infinite_error_and_a_factormin_shrink():
     @jax.jit
     def attempt():
         step = solver.stages(robertson, t0, h, y0, robertson(t0, y0, k), k, True, context)
-        _, state = controller.start(robertson, t0, t0 + h, y0, None, h, k, 3, None)
+        first = FirstStepInput(
+            vf=robertson, t0=t0, t1=t0 + h, y0=y0, k0=None, dt0=h, args=k, error_order=3, spec=None
+        )
+        _, state = controller.start(first)
         return step, controller.adapt(t0, t0 + h, y0, step.y1, step.y_error, state, 3, None)
 
     step, proposal = attempt()

@@ -36,6 +36,29 @@ def concrete_float(x: object) -> float | None:
         return None
 
 
+class FirstStepInput(eqx.Module):
+    """What a controller's `start` is told to choose the first step.
+
+    - `vf`: the vector field on the flat state, f(t, y, args), to try a first step with.
+    - `t0`, `t1`: where the solve starts and ends (internal time tau).
+    - `y0`: (n,) the initial state; `k0`: (n,) f(t0, y0).
+    - `dt0`: the first step's size as the user gave it (tau), or None to choose one.
+    - `args`: the user's `args`, passed to `vf`.
+    - `error_order`: the solver's; the step-size exponent is 1 / error_order (static).
+    - `spec`: the static layout of the user's state, for a norm on it (`FlatSpec`).
+    """
+
+    vf: Field
+    t0: Float[Array, ""]
+    t1: Float[Array, ""]
+    y0: Float[Array, " n"]
+    k0: Float[Array, " n"]
+    dt0: Float[Array, ""] | None
+    args: PyTree
+    error_order: int = eqx.field(static=True)
+    spec: FlatSpec = eqx.field(static=True)
+
+
 class Proposal(eqx.Module):
     """A controller's verdict on an attempted step.
 
@@ -90,18 +113,7 @@ class AbstractStepSizeController(eqx.Module):
         """The number of steps when it is known before solving (static), else None."""
 
     @abc.abstractmethod
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        dt0: Float[Array, ""] | None,
-        args: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ) -> tuple[Any, Any]:
+    def start(self, first: FirstStepInput) -> tuple[Any, Any]:
         """Return (end of the first step, initial state)."""
 
     @abc.abstractmethod
@@ -140,7 +152,19 @@ class AbstractStepSizeController(eqx.Module):
         vf = lambda t, x, a: spec.ravel(func(terms, t, spec.unravel(x), a))
         controller = self.wrap(jnp.ones((), start.dtype))
         k0 = vf(start, y, args)
-        return controller.start(vf, start, end, y, k0, first_dt, args, error_order or 1, spec)
+        return controller.start(
+            FirstStepInput(
+                vf=vf,
+                t0=start,
+                t1=end,
+                y0=y,
+                k0=k0,
+                dt0=first_dt,
+                args=args,
+                error_order=error_order or 1,
+                spec=spec,
+            )
+        )
 
     def adapt_step_size(
         self,

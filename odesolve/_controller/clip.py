@@ -10,10 +10,10 @@ from jaxtyping import Array, Float
 
 from .._flat import FlatSpec, PyTree, RealScalarLike
 from .._results import RESULTS
-from .._solver._base import Field
 from ._base import (
     AbstractAdaptiveStepSizeController,
     AbstractStepSizeController,
+    FirstStepInput,
     Proposal,
     clip_to_times,
     signed_times,
@@ -122,19 +122,9 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):
         return self.controller.times_are_valid(t_start, t_end)
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        dt0: Float[Array, ""] | None,
-        args: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
-        end, state = self.controller.start(vf, t0, t1, y0, k0, dt0, args, error_order, spec)
+    def start(self, first: FirstStepInput):
+        t0 = first.t0
+        end, state = self.controller.start(first)
         end = clip_to_times(t0, end, self.step_ts, stops_before(self.jump_ts))
         if self.store_rejected_steps is None:
             return end, state

@@ -10,8 +10,7 @@ from jaxtyping import Array, Float, Int
 
 from .._flat import FlatSpec, PyTree, RealScalarLike
 from .._results import RESULTS
-from .._solver._base import Field
-from ._base import AbstractStepSizeController, Proposal, signed_times
+from ._base import AbstractStepSizeController, FirstStepInput, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
 
@@ -56,18 +55,8 @@ class ConstantStepSize(AbstractFixedStepController):
         # extra sliver of a step.
         return max(1, math.ceil((c1 - c0) / np.nextafter(cdt, np.inf)))
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        dt0: Float[Array, ""] | None,
-        args: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def start(self, first: FirstStepInput):
+        t0, t1, dt0 = first.t0, first.t1, first.dt0
         if dt0 is None:
             raise ValueError(
                 "dt0=None: ConstantStepSize cannot choose a step size. Pass dt0 (for "
@@ -135,18 +124,8 @@ class StepTo(AbstractFixedStepController):
         increasing = jnp.all(ts[1:] > ts[:-1])
         return increasing & (ts[0] == t_start) & (ts[-1] == t_end)
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        dt0: Float[Array, ""] | None,
-        args: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def start(self, first: FirstStepInput):
+        dt0 = first.dt0
         if dt0 is not None:
             raise ValueError(
                 f"dt0={dt0!r} was passed with StepTo, which takes its steps from `ts`; "

@@ -22,9 +22,9 @@ from jaxtyping import Array, Bool, Float
 from .._flat import FlatSpec, PyTree, RealScalarLike, in_state_dtype
 from .._norm import rms_norm
 from .._results import RESULTS
-from .._solver._base import Field
 from ._base import (
     AbstractAdaptiveStepSizeController,
+    FirstStepInput,
     Proposal,
     clip_to_times,
     concrete_float,
@@ -176,20 +176,10 @@ class PIDController(AbstractAdaptiveStepSizeController):
             return rms_norm(scaled)
         return self.norm(spec.unravel(scaled))
 
-    def start(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        dt0: Float[Array, ""] | None,
-        args: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def start(self, first: FirstStepInput):
+        t0, dt0 = first.t0, first.dt0
         if dt0 is None:
-            dt0 = self._initial_step(vf, t0, y0, k0, args, self._q(error_order), spec)
+            dt0 = self._initial_step(first, self._q(first.error_order))
         dt0 = jnp.asarray(dt0, dtype=jnp.result_type(t0))
         if self.dtmax is not None:
             dt0 = jnp.minimum(dt0, self.dtmax)
@@ -213,25 +203,17 @@ class PIDController(AbstractAdaptiveStepSizeController):
         uses_prev = uses_prevprev or not _is_zero(self.pcoeff)
         return uses_prev, uses_prevprev
 
-    def _initial_step(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-        q: float,
-        spec: FlatSpec,
-    ):
+    def _initial_step(self, first: FirstStepInput, q: float):
         """Hairer, Norsett & Wanner I, sec. II.4: a first step whose Euler error estimate
         is about 1% of the tolerance. One extra evaluation of the vector field."""
+        vf, t0, y0, k0, spec = first.vf, first.t0, first.y0, first.k0, first.spec
         scale = in_state_dtype(self.atol + jnp.abs(y0) * self.rtol, y0)
         user_norm = self.norm
         norm = rms_norm if user_norm is None else (lambda x: user_norm(spec.unravel(x)))
         d0, d1 = norm(y0 / scale), norm(k0 / scale)
         tiny = (d0 < 1e-5) | (d1 < 1e-5)
         h0 = jnp.where(tiny, 1e-6, 0.01 * d0 / jnp.where(tiny, 1, d1))
-        k1 = vf(t0 + h0, y0 + in_state_dtype(h0, y0) * k0, args)
+        k1 = vf(t0 + h0, y0 + in_state_dtype(h0, y0) * k0, first.args)
         d2 = norm((k1 - k0) / scale) / h0
         d = jnp.maximum(d1, d2)
         h1 = jnp.where(d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / d) ** (1 / q))
