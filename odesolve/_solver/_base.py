@@ -84,15 +84,15 @@ class StepInput(eqx.Module):
     """One step to attempt, from (t0, y0) with size h, as a solver's `advance` is told it.
 
     - `vf`: the vector field as a step is given it (`StepField`).
-    - `t0`: where the step starts (internal time tau); `h`: its size, > 0 in the loop.
+    - `t0`: where the step starts (internal time tau); `h`: its size, so it ends at t0 + h.
     - `y0`: (n,) the state at t0.
     - `state`: what the solver carries into the step (`start`'s, then the last accepted
       step's `StepResult.state`).
     - `made_jump`: the last step ended on a discontinuity, so whatever `state` holds of f
       at t0 is its left limit (None: there are no jumps).
     - `args`: the user's `args`, passed to `vf`.
-    - `with_error`: whether to return an error estimate (static: whether the controller
-      reads one).
+    - `with_error`: whether to return an error estimate (static; the loop asks for one
+      when the controller reads it).
     - `context`: what the loop tells beyond the step (`StepContext`), or None.
     """
 
