@@ -17,7 +17,7 @@ from adjoints import Write
 
 from . import _event, _saving
 from ._config import Config, Params
-from ._controller._base import FirstStepInput, next_start
+from ._controller._base import AttemptInput, FirstStepInput, next_start
 from ._field import OneTrace, Rematerialised
 from ._results import RESULTS
 from ._solver._base import StartInput, StepContext, StepField, StepInput, StepResult
@@ -149,9 +149,17 @@ def step(config: Config, params: Params, state: State) -> State:
         )
     )
     proposal = params.controller.adapt(
-        t0, t1, state.y, out.y1, out.y_error, state.controller_state,
-        config.solver.error_order(), config.spec,
-    )  # fmt: skip
+        AttemptInput(
+            t0=t0,
+            t1=t1,
+            y0=state.y,
+            y1=out.y1,
+            y_error=out.y_error,
+            state=state.controller_state,
+            error_order=config.solver.error_order(),
+            spec=config.spec,
+        )
+    )
     accept = jnp.asarray(proposal.accept)
     stops = params.controller.jump_stops() if params.controller.has_jumps else None
     t_new, jumped = next_start(stops, accept, t0, t1)

@@ -11,7 +11,7 @@ import pytest
 import scipy.integrate
 
 import odesolve as ode
-from odesolve._controller._base import FirstStepInput
+from odesolve._controller._base import AttemptInput, FirstStepInput
 from odesolve._solver import StepContext
 
 EPS = float(np.finfo(np.float64).eps)
@@ -262,7 +262,17 @@ def test_failed_newton_solve_is_an_infinite_error_and_a_factormin_shrink():
             vf=robertson, t0=t0, t1=t0 + h, y0=y0, k0=None, dt0=h, args=k, error_order=3, spec=None
         )
         _, state = controller.start(first)
-        return step, controller.adapt(t0, t0 + h, y0, step.y1, step.y_error, state, 3, None)
+        attempt = AttemptInput(
+            t0=t0,
+            t1=t0 + h,
+            y0=y0,
+            y1=step.y1,
+            y_error=step.y_error,
+            state=state,
+            error_order=3,
+            spec=None,
+        )
+        return step, controller.adapt(attempt)
 
     step, proposal = attempt()
     assert np.all(np.isposinf(step.y_error))

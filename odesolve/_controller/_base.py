@@ -59,6 +59,28 @@ class FirstStepInput(eqx.Module):
     spec: FlatSpec = eqx.field(static=True)
 
 
+class AttemptInput(eqx.Module):
+    """An attempted step, as a controller's `adapt` is told it to accept or reject it.
+
+    - `t0`, `t1`: where the step started and ended (internal time tau).
+    - `y0`: (n,) the state at t0; `y1`: (n,) the step's candidate at t1.
+    - `y_error`: (n,) the step's error estimate, or None (none asked for: `needs_error`
+      is False, or the solver has none).
+    - `state`: the controller's state (`start`'s, then the last `Proposal.state`).
+    - `error_order`: the solver's; the step-size exponent is 1 / error_order (static).
+    - `spec`: the static layout of the user's state, for a norm on it (`FlatSpec`).
+    """
+
+    t0: Float[Array, ""]
+    t1: Float[Array, ""]
+    y0: Float[Array, " n"]
+    y1: Float[Array, " n"]
+    y_error: Float[Array, " n"] | None
+    state: PyTree
+    error_order: int = eqx.field(static=True)
+    spec: FlatSpec = eqx.field(static=True)
+
+
 class Proposal(eqx.Module):
     """A controller's verdict on an attempted step.
 
@@ -117,17 +139,7 @@ class AbstractStepSizeController(eqx.Module):
         """Return (end of the first step, initial state)."""
 
     @abc.abstractmethod
-    def adapt(
-        self,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
-        state: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ) -> Proposal:
+    def adapt(self, attempt: AttemptInput) -> Proposal:
         """Accept or reject the step from t0 to t1, and propose the next one's end."""
 
     # ------------------------------------------------- Diffrax's low-level API
@@ -187,7 +199,16 @@ class AbstractStepSizeController(eqx.Module):
         error = None if y_error is None else spec.ravel(y_error)
         y1 = spec.ravel(y1_candidate)
         proposal = controller.adapt(
-            start, end, y, y1, error, controller_state, error_order or 1, spec
+            AttemptInput(
+                t0=start,
+                t1=end,
+                y0=y,
+                y1=y1,
+                y_error=error,
+                state=controller_state,
+                error_order=error_order or 1,
+                spec=spec,
+            )
         )
         accept = jnp.asarray(proposal.accept)
         stops = controller.jump_stops() if controller.has_jumps else None

@@ -1,5 +1,6 @@
 """`ClipStepSizeController`: any controller's steps clipped to given times (Diffrax 0.7)."""
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -8,11 +9,12 @@ import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
-from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._flat import RealScalarLike
 from .._results import RESULTS
 from ._base import (
     AbstractAdaptiveStepSizeController,
     AbstractStepSizeController,
+    AttemptInput,
     FirstStepInput,
     Proposal,
     clip_to_times,
@@ -132,21 +134,14 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
         rejected = jnp.full((self.store_rejected_steps,), jnp.inf, jnp.result_type(t0))
         return end, (state, rejected)
 
-    def adapt(
-        self,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
-        state: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def adapt(self, attempt: AttemptInput):
+        t0, t1 = attempt.t0, attempt.t1
         rejected = None
         if self.store_rejected_steps is not None:
-            state, rejected = state
-        inner = self.controller.adapt(t0, t1, y0, y1, y_error, state, error_order, spec)
+            # The wrapped controller is given its own part of the state.
+            state, rejected = attempt.state
+            attempt = dataclasses.replace(attempt, state=state)
+        inner = self.controller.adapt(attempt)
         start = jnp.where(inner.accept, t1, t0)
         end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))
         if rejected is None:

@@ -8,9 +8,9 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-from .._flat import FlatSpec, PyTree, RealScalarLike
+from .._flat import RealScalarLike
 from .._results import RESULTS
-from ._base import AbstractStepSizeController, FirstStepInput, Proposal, signed_times
+from ._base import AbstractStepSizeController, AttemptInput, FirstStepInput, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
 
@@ -79,21 +79,12 @@ class ConstantStepSize(AbstractFixedStepController):
         unbounded = t0 + k_ * dt0  # t1 = inf
         return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
-    def adapt(
-        self,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
-        state: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def adapt(self, attempt: AttemptInput):
         # A step cut short of its grid point (by `ClipStepSizeController`) is followed by
         # one to that grid point: the grid stays where it was.
+        state = attempt.state
         k, n, start, end, dt0 = state
-        k = jnp.where(t1 < self._end_of(k + 1, state), k, k + 1)
+        k = jnp.where(attempt.t1 < self._end_of(k + 1, state), k, k + 1)
         state = (k, n, start, end, dt0)
         return Proposal(True, self._end_of(k + 1, state), state, RESULTS.successful)
 
@@ -134,17 +125,7 @@ class StepTo(AbstractFixedStepController):
         ts = jnp.asarray(self.ts)
         return ts[1], jnp.ones((), jnp.int32)
 
-    def adapt(
-        self,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
-        state: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
+    def adapt(self, attempt: AttemptInput):
         ts = jnp.asarray(self.ts)
-        k = state + 1
+        k = attempt.state + 1
         return Proposal(True, ts[jnp.minimum(k, len(ts) - 1)], k, RESULTS.successful)

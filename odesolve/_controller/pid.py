@@ -19,11 +19,12 @@ from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
-from .._flat import FlatSpec, PyTree, RealScalarLike, in_state_dtype
+from .._flat import FlatSpec, RealScalarLike, in_state_dtype
 from .._norm import rms_norm
 from .._results import RESULTS
 from ._base import (
     AbstractAdaptiveStepSizeController,
+    AttemptInput,
     FirstStepInput,
     Proposal,
     clip_to_times,
@@ -225,22 +226,13 @@ class PIDController(AbstractAdaptiveStepSizeController):
     def jump_stops(self):
         return stops_before(self.jump_ts)
 
-    def adapt(
-        self,
-        t0: Float[Array, ""],
-        t1: Float[Array, ""],
-        y0: Float[Array, " n"],
-        y1: Float[Array, " n"],
-        y_error: Float[Array, " n"] | None,
-        state: PyTree,
-        error_order: int,
-        spec: FlatSpec,
-    ):
-        inv_prev, inv_prevprev, at_dtmin = state
-        q = self._q(error_order)
+    def adapt(self, attempt: AttemptInput):
+        t0, t1, y_error = attempt.t0, attempt.t1, attempt.y_error
+        inv_prev, inv_prevprev, at_dtmin = attempt.state
+        q = self._q(attempt.error_order)
         # `needs_error` is True: the step loop always passes an error estimate here.
         assert y_error is not None
-        error = self._scaled_norm(y0, y1, y_error, spec)
+        error = self._scaled_norm(attempt.y0, attempt.y1, y_error, attempt.spec)
         error = jnp.where(jnp.isnan(error), jnp.inf, error)
         accept = error < 1
         if self.dtmin is not None:
