@@ -28,6 +28,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 
 import odesolve as ode  # noqa: E402
+from odesolve._solver._base import RetreatInput  # noqa: E402
 from odesolve.bench import _reference as reference  # noqa: E402
 
 ARGS = jnp.array([1.5, 1.0, 3.0, 1.0])
@@ -157,7 +158,9 @@ def _there_and_back(solver, ts):
         return (y, z), None
 
     def backward(carry, t):
-        y, z, _ = solver.retreat(field, t[0], t[1] - t[0], *carry, ARGS)
+        y1, z1 = carry
+        undo = RetreatInput(vf=field, t0=t[0], h=t[1] - t[0], y1=y1, state1=z1, args=ARGS)
+        y, z, _ = solver.retreat(undo)
         return (y, z), None
 
     pairs = jnp.stack([ts[:-1], ts[1:]], axis=1)

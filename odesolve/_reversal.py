@@ -21,7 +21,7 @@ from adjoints import Reversal
 
 from . import _step
 from ._config import Config, Params
-from ._solver._base import AbstractReversibleSolver, StepContext
+from ._solver._base import AbstractReversibleSolver, RetreatInput, StepContext
 
 
 def check_reversible(config: Config) -> AbstractReversibleSolver:
@@ -81,12 +81,19 @@ def _undo_step(
     kept: _step.State,
 ) -> _step.State:
     """The carry before a step, from the carry after it and what was kept of it."""
-    vf, args = params.vf, params.args
     t0, t1 = _step.times(config, kept.t, kept.t_next)
     y, z, _ = solver.retreat(
-        vf, t0, t1 - t0, after.y, after.solver_state, args, _context(config, params),
-        kept.solver_state,
-    )  # fmt: skip
+        RetreatInput(
+            vf=params.vf,
+            t0=t0,
+            h=t1 - t0,
+            y1=after.y,
+            state1=after.solver_state,
+            args=params.args,
+            context=_context(config, params),
+            kept=kept.solver_state,
+        )
+    )
     accepted = after.num_accepted > kept.num_accepted
     y, z = _tree_where(accepted, (y, z), (after.y, after.solver_state))
     row = None
@@ -110,7 +117,17 @@ def _previous_row(
     before) left a row no emit reads: it is rebuilt as (t, y, zeros)."""
     t0, t1 = _step.times(config, t_prev, t)
     h = t1 - t0
-    y0, _, dense = solver.retreat(params.vf, t0, h, y, z, params.args, _context(config, params))
+    y0, _, dense = solver.retreat(
+        RetreatInput(
+            vf=params.vf,
+            t0=t0,
+            h=h,
+            y1=y,
+            state1=z,
+            args=params.args,
+            context=_context(config, params),
+        )
+    )
     moved = h != 0
     y0 = jnp.where(moved, y0, y)
     dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)

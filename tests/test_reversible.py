@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import odesolve as ode
+from odesolve._solver._base import RetreatInput
 
 A = jnp.array([1.5, 1.0, 3.0, 1.0])
 Y0 = jnp.array([1.0, 1.0])
@@ -117,7 +118,9 @@ def test_a_thousand_steps_are_undone(coupling, tolerance):
         return (y, z), None
 
     def backward(carry, t):
-        y, z, _ = solver.retreat(lotka_volterra, t[0], t[1] - t[0], *carry, A)
+        y1, z1 = carry
+        undo = RetreatInput(vf=lotka_volterra, t0=t[0], h=t[1] - t[0], y1=y1, state1=z1, args=A)
+        y, z, _ = solver.retreat(undo)
         return (y, z), None
 
     @jax.jit

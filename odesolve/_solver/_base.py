@@ -107,6 +107,31 @@ class StepInput(eqx.Module):
     context: StepContext | None
 
 
+class RetreatInput(eqx.Module):
+    """An accepted step to undo, as a reversible solver's `retreat` is told it.
+
+    - `vf`: the vector field on the flat state, f(t, y, args).
+    - `t0`: where the step started (internal time tau); `h`: its size, so it ended at
+      t0 + h.
+    - `y1`: (n,) the state the step ended at; `state1`: what the solver carried out of
+      it (its `StepResult.state`).
+    - `args`: the user's `args`, passed to `vf`.
+    - `context`: as `advance` is given it (`StepContext`), or None.
+    - `kept`: `kept(state0)`, what the reverse sweep kept of the state carried into the
+      step, or None when only y0 and the dense vectors are wanted (state0 is then not
+      read).
+    """
+
+    vf: Field
+    t0: Float[Array, ""]
+    h: Float[Array, ""]
+    y1: Float[Array, " n"]
+    state1: PyTree
+    args: PyTree
+    context: StepContext | None = None
+    kept: PyTree = None
+
+
 class StepResult(eqx.Module):
     """One attempted step from (t0, y0) with size h.
 
@@ -279,20 +304,10 @@ class AbstractReversibleSolver(AbstractSolver):
 
     @abc.abstractmethod
     def retreat(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y1: Float[Array, " n"],
-        state1: PyTree,
-        args: PyTree,
-        context: StepContext | None = None,
-        kept: PyTree = None,
+        self, undo: RetreatInput
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
         """Undo the accepted step from t0 of size h that ended at (y1, state1): the
-        (y0, state0) it started from, and the step's dense vectors (as `advance` gave).
-        `context`: as `advance` is given it. `kept`: `self.kept(state0)`, or None when
-        only y0 and the dense vectors are wanted (state0 is then not read)."""
+        (y0, state0) it started from, and the step's dense vectors (as `advance` gave)."""
 
 
 def _flat_problem(

@@ -18,7 +18,7 @@ from typing import Any
 from jaxtyping import Array, Float
 
 from .._flat import PyTree, in_state_dtype
-from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
+from ._base import AbstractReversibleSolver, RetreatInput, StartInput, StepInput, StepResult
 from ._linear import AbstractLinearSecondOrder, linear_slope
 
 
@@ -44,18 +44,11 @@ class LeapfrogMidpoint(AbstractLinearSecondOrder, AbstractReversibleSolver):
         return state[0]  # the previous point's time
 
     def retreat(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y1: Float[Array, " n"],
-        state1: PyTree,
-        args: PyTree,
-        context: StepContext | None = None,
-        kept: PyTree = None,
+        self, undo: RetreatInput
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
-        _, y0 = state1
+        t0, h, y1 = undo.t0, undo.h, undo.y1
+        _, y0 = undo.state1
         # Without `kept` only y0 and the slope are wanted: any time does for the rest.
-        t_previous = t0 if kept is None else kept
-        y_previous = y1 - in_state_dtype(t0 + h - t_previous, y0) * vf(t0, y0, args)
+        t_previous = t0 if undo.kept is None else undo.kept
+        y_previous = y1 - in_state_dtype(t0 + h - t_previous, y0) * undo.vf(t0, y0, undo.args)
         return y0, (t_previous, y_previous), (linear_slope(y0, y1, h),)

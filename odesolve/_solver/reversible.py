@@ -32,7 +32,15 @@ from jaxtyping import Array, Float
 
 from .._flat import PyTree, in_state_dtype
 from .._term import ODETerm
-from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
+from ._base import (
+    AbstractReversibleSolver,
+    Field,
+    RetreatInput,
+    StartInput,
+    StepContext,
+    StepInput,
+    StepResult,
+)
 from ._kinds import AbstractWrappedSolver
 from ._runge_kutta import AbstractRungeKutta, AbstractTableauMethod, Stages, rk_stages
 
@@ -100,18 +108,11 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         return StepResult(y1, y_error, self._dense(ahead, h, y0, z0), z1, failed)
 
     def retreat(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y1: Float[Array, " n"],
-        state1: PyTree,
-        args: PyTree,
-        context: StepContext | None = None,
-        kept: PyTree = None,
+        self, undo: RetreatInput
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        vf, t0, h, y1, args, context = undo.vf, undo.t0, undo.h, undo.y1, undo.args, undo.context
         back = self._base_step(vf, vf, t0 + h, -h, y1, args, False, False, context)
-        z0 = state1 + (back.y1 - y1)
+        z0 = undo.state1 + (back.y1 - y1)
         ahead = self._base_step(vf, vf, t0, h, z0, args, False, True, context)
         y0 = (y1 - (1 - self.coupling) * z0 - (ahead.y1 - z0)) / self.coupling
         return y0, z0, self._dense(ahead, h, y0, z0)

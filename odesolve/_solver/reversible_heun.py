@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import jax
 from jaxtyping import Array, Float
 
-from .._flat import PyTree, in_state_dtype
-from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
+from .._flat import in_state_dtype
+from ._base import AbstractReversibleSolver, RetreatInput, StartInput, StepInput, StepResult
 from ._linear import AbstractLinearSecondOrder
 
 
@@ -53,19 +53,12 @@ class ReversibleHeun(AbstractLinearSecondOrder, AbstractReversibleSolver):
         return StepResult(y1, y_error, (mean,), (yhat1, f1))
 
     def retreat(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y1: Float[Array, " n"],
-        state1: PyTree,
-        args: PyTree,
-        context: StepContext | None = None,
-        kept: PyTree = None,
+        self, undo: RetreatInput
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
-        yhat1, f1 = state1
-        hy = in_state_dtype(h, y1)
+        y1 = undo.y1
+        yhat1, f1 = undo.state1
+        hy = in_state_dtype(undo.h, y1)
         yhat0 = 2 * y1 - yhat1 - hy * f1
-        f0 = vf(t0, yhat0, args)
+        f0 = undo.vf(undo.t0, yhat0, undo.args)
         mean = 0.5 * (f0 + f1)
         return y1 - hy * mean, (yhat0, f0), (mean,)

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._flat import FlatSpec, PyTree, in_state_dtype
+from .._flat import FlatSpec, in_state_dtype
 from .._term import AbstractTerm, ODETerm
-from ._base import AbstractReversibleSolver, Field, StartInput, StepContext, StepInput, StepResult
+from ._base import AbstractReversibleSolver, RetreatInput, StartInput, StepInput, StepResult
 from ._linear import LINEAR, linear_slope
 
 
@@ -76,16 +76,9 @@ class SemiImplicitEuler(AbstractReversibleSolver):
         return StepResult(y1, None, (linear_slope(y0, y1, h),), None)
 
     def retreat(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y1: Float[Array, " n"],
-        state1: PyTree,
-        args: PyTree,
-        context: StepContext | None = None,
-        kept: PyTree = None,
+        self, undo: RetreatInput
     ) -> tuple[Float[Array, " n"], Any, tuple[Float[Array, " n"], ...]]:
+        vf, t0, h, y1, args, context = undo.vf, undo.t0, undo.h, undo.y1, undo.args, undo.context
         assert context is not None and context.spec is not None  # the reverse sweep's
         n_1 = first_part_size(context.spec)
         dt = in_state_dtype(h, y1)
