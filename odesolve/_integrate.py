@@ -14,6 +14,7 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jaxtyping import Array, Float
 
 from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_size
@@ -38,7 +39,8 @@ from ._solution import Solution
 from ._solver._base import AbstractSolver
 from ._solver._user import loop_solver
 from ._term import ODETerm
-from ._validate import check_kinds, normalise_inputs
+from ._eager import cached_call, check_once
+from ._validate import check_kinds, check_time_values, normalise_inputs, time_arrays
 
 
 def diffeqsolve(
@@ -94,6 +96,80 @@ def diffeqsolve(
         adjoint=adjoint,
         progress_meter=progress_meter,
     )
+    if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
+        warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
+    call = dict(
+        terms=terms,
+        solver=solver,
+        t0=t0,
+        t1=t1,
+        dt0=dt0,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=stepsize_controller,
+        adjoint=adjoint,
+        event=event,
+        max_steps=max_steps,
+        throw=throw,
+        progress_meter=progress_meter,
+        solver_state=solver_state,
+        controller_state=controller_state,
+        made_jump=made_jump,
+        discrete_terminating_event=discrete_terminating_event,
+    )
+    sol = None
+    if _numbers_for_times(t0, t1, dt0, y0):
+        # Numbers are part of the key, checked when its program is traced; arrays of
+        # times are inputs, checked on every call.
+        arrays = time_arrays(saveat, stepsize_controller)
+        if arrays:
+            check = lambda: check_time_values(t0, t1, dt0, y0, saveat, stepsize_controller, event)
+            dtypes = tuple(getattr(x, "dtype", type(x)) for x in jtu.tree_leaves(y0))
+            check_once(check, arrays, (t0, t1, dt0, dtypes, event is None))
+        sol = cached_call(_diffeqsolve, call)
+    if sol is None:  # inside a transformation, or times given as arrays
+        sol = _diffeqsolve(**call)
+    if max_steps is not None and max_steps > _MOST_STEPS:
+        sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
+    return raise_if_failed(sol) if throw else sol
+
+
+def _numbers_for_times(t0: Any, t1: Any, dt0: Any, y0: PyTree) -> bool:
+    """Whether a call may take the cached eager dispatch (`_eager`): t0, t1 and dt0 are
+    Python numbers (or dt0 None), so their values are part of its key, and y0's leaves
+    are arrays or numbers (other leaves get their error from `normalise_inputs`)."""
+    number = lambda x: isinstance(x, int | float) and not isinstance(x, bool)
+    if not (number(t0) and number(t1) and (dt0 is None or number(dt0))):
+        return False
+    leaves = jtu.tree_leaves(y0)
+    return bool(leaves) and all(
+        eqx.is_array_like(x) and not isinstance(x, bool | np.bool_) for x in leaves
+    )
+
+
+def _diffeqsolve(
+    terms: ODETerm,
+    solver: AbstractSolver,
+    t0: RealScalarLike,
+    t1: RealScalarLike,
+    dt0: RealScalarLike | None,
+    y0: PyTree,
+    args: PyTree,
+    *,
+    saveat: SaveAt,
+    stepsize_controller: AbstractStepSizeController,
+    adjoint: AbstractAdjoint,
+    event: Event | None,
+    max_steps: int | None,
+    throw: bool,
+    progress_meter: AbstractProgressMeter,
+    solver_state: PyTree,
+    controller_state: PyTree,
+    made_jump: Any,
+    discrete_terminating_event: AbstractDiscreteTerminatingEvent | None,
+) -> Solution:
+    """`diffeqsolve` after its cheap checks, up to the solution (not yet raised on)."""
     # A solver written in Diffrax's interface (`init`/`step`) runs through an adapter.
     solver = loop_solver(solver)
     if adjoint.implicit:
@@ -110,8 +186,6 @@ def diffeqsolve(
         )
     if not jtu.tree_leaves(y0):
         terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
-    if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
-        warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )
@@ -143,9 +217,7 @@ def diffeqsolve(
         sol = solve(adjoint=adjoint)
     if adjoint.implicit and jtu.tree_leaves(y0):
         sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args)
-    if max_steps is not None and max_steps > _MOST_STEPS:
-        sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
-    return raise_if_failed(sol) if throw else sol
+    return sol
 
 
 _MOST_STEPS = 2**30

@@ -337,6 +337,29 @@ def _check_scalar_times(**times) -> None:
             )
 
 
+def time_arrays(saveat: SaveAt, controller: AbstractStepSizeController) -> list:
+    """The arrays of times whose values `check_time_values` reads: `SaveAt(ts=...)` and
+    `StepTo(ts)`."""
+    arrays = [o.ts for o in saveat.outputs if o.ts is not None]
+    return arrays + [controller.ts] if isinstance(controller, StepTo) else arrays
+
+
+def check_time_values(t0, t1, dt0, y0, saveat, controller, event) -> tuple:
+    """The checks that read the values of times known at trace time: t0, t1 and dt0,
+    `SaveAt(ts=...)` and `StepTo(ts)`. Returns t0, t1 and dt0 as Python floats (None
+    where traced) and the time dtype. `y0`: leaves that are arrays or numbers."""
+    c0, c1 = _check_times(t0, t1, dt0, controller, event)
+    cdt = _concrete(dt0) if dt0 is not None else None
+    # Never narrower than float32: a float16 state keeps its precision, but times in
+    # float16 could not resolve a step of a span much longer than a few thousand steps.
+    # Time is real: a complex state's precision counts, not its type.
+    time_dtype = _time.time_dtype(t0, t1, dt0, state=y0)
+    for output in saveat.outputs:
+        _check_save_ts(output.ts, c0, c1, time_dtype)
+    _check_resolution(c0, c1, cdt, time_dtype)
+    return c0, c1, cdt, time_dtype
+
+
 def normalise_inputs(
     terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps, event=None
 ) -> Inputs:
@@ -345,17 +368,9 @@ def normalise_inputs(
     if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
-    c0, c1 = _check_times(t0, t1, dt0, controller, event)
     # Read before converting: under `jit` a converted Python number is a tracer.
-    cdt = _concrete(dt0) if dt0 is not None else None
+    c0, c1, cdt, time_dtype = check_time_values(t0, t1, dt0, y0, saveat, controller, event)
     times = [x for x in (t0, t1, dt0) if x is not None]
-    # Never narrower than float32: a float16 state keeps its precision, but times in
-    # float16 could not resolve a step of a span much longer than a few thousand steps.
-    # Time is real: a complex state's precision counts, not its type.
-    time_dtype = _time.time_dtype(*times, state=y0)
-    for output in saveat.outputs:
-        _check_save_ts(output.ts, c0, c1, time_dtype)
-    _check_resolution(c0, c1, cdt, time_dtype)
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.
     floating = lambda x: jnp.issubdtype(jnp.result_type(x), jnp.floating)

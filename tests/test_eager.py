@@ -4,6 +4,7 @@ traces nothing again, and whatever is traced is still checked and converted."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import odesolve as ode
 
@@ -59,3 +60,54 @@ def test_fields_closing_over_traced_values_are_still_converted():
     # The same field object inside `jit`, its argument traced.
     in_jit = jax.jit(lambda a: ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), a))
     np.testing.assert_allclose(in_jit(3.0).ys[-1, 0], np.exp(-3.0), rtol=1e-5)
+
+
+def _compile_events(calls) -> list[list[str]]:
+    """For each of `calls`, the compile events JAX reported while it ran."""
+    events: list[str] = []
+    listen = lambda name, duration, **kwargs: events.append(name)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    per_call = []
+    try:
+        for call in calls:
+            events.clear()
+            jax.block_until_ready(call())
+            per_call.append([name for name in events if name.startswith("/jax/core/compile")])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return per_call
+
+
+def test_a_loop_over_end_times_compiles_at_most_twice():
+    # Python numbers are fixed in the cached program; a call with other numbers takes the
+    # plain path, whose compiled solve takes the times as inputs: a loop over t1 values
+    # does not compile once per value.
+    term = ode.ODETerm(lambda t, y, args: -y)
+    pid = ode.PIDController(rtol=1e-6, atol=1e-6)
+    solve = lambda t1: lambda: ode.diffeqsolve(
+        term, ode.Tsit5(), 0.0, t1, 0.1, jnp.ones(2), stepsize_controller=pid
+    ).ys
+    t1s = [1.0, 1.5, 2.0, 2.5, 3.0]
+    compiles = _compile_events([solve(t1) for t1 in t1s])
+    assert compiles[2:] == [[], [], []], compiles
+    for t1 in t1s:
+        np.testing.assert_allclose(solve(t1)()[-1], np.exp(-t1), rtol=1e-5)
+
+
+def test_save_times_are_checked_on_every_cached_call():
+    term = ode.ODETerm(lambda t, y, args: -y)
+    solve = lambda ts: ode.diffeqsolve(
+        term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)
+    ).ys
+    good = jnp.linspace(0.0, 1.0, 4)
+    for _ in range(2):
+        np.testing.assert_allclose(solve(good)[:, 0], np.exp(-good), rtol=1e-5)
+    with pytest.raises(ode.InvalidSaveTimes, match="outside"):
+        solve(jnp.linspace(0.0, 2.0, 4))  # the cached program's key: same shapes
+    with pytest.raises(ValueError, match="not sorted"):
+        solve(good[::-1])
+    changing = np.linspace(0.0, 1.0, 4)  # NumPy arrays can change between calls
+    solve(changing)
+    changing[-1] = 5.0
+    with pytest.raises(ode.InvalidSaveTimes, match="outside"):
+        solve(changing)

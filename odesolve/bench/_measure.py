@@ -159,7 +159,7 @@ def _prepared(row: dict, compiled: Compiled) -> str:
     """How an entry got ready, for the progress line."""
     first = f"first call {row['warm_s']:.2f} s"
     if not row["compiled"]:
-        return f"runs eagerly (no compile), {first}"
+        return f"called as is, outside jit, {first}"
     how = "compiled earlier in this run, in" if compiled.reused else "compiled in"
     return f"{how} {compiled.compile_s:.2f} s, {first}"
 

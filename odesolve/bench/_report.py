@@ -26,7 +26,7 @@ COLUMNS = (
 
 
 SHARED_NOTE = "* compiled once, for an earlier case: the same function on inputs of the same shapes"
-EAGER_NOTE = "~ no compile (eager PyTorch): the first call minus the median run time"
+EAGER_NOTE = "~ called as is, outside jit (PyTorch peers, W11): the first call minus the median run time"
 
 
 def _shared_mark(row: dict) -> str:
