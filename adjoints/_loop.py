@@ -73,8 +73,14 @@ class Reversal(eqx.Module):
     - `restore(after, small) -> carry`: `small` with the large parts of `after`. An emit
       changes no large part, so this is the carry before an emit from the carry after
       it and what `keep` kept of the carry before it.
-    - `undo(params, after, small) -> before`: likewise the carry before a step, its
-      large parts rebuilt by undoing the step.
+    - `undo(params, after, small, spare) -> (before, spare)`: likewise the carry before
+      a step, its large parts rebuilt by undoing the step. `spare` is what the undo that
+      rebuilt `after` learnt of the step before it (where rebuilding a carry undoes that
+      step too), passed on so that no step is undone twice; `start(params, final)` gives
+      it for the final carry (None: nothing is passed on).
+    - `rewind(params, after) -> small`: what `keep` kept of the carry before a step,
+      rebuilt from the carry after it, so that nothing is kept for a step; None where
+      the loop cannot (decided when traced: adaptive steps must be kept).
     - `unstable`: the message of the error raised when the rebuilt initial carry is not
       the initial carry (to sqrt of the float type's resolution, relative): undoing the
       ticks amplified rounding errors, and the gradient would be wrong.
@@ -82,8 +88,12 @@ class Reversal(eqx.Module):
 
     keep: Callable[[PyTree], PyTree] = eqx.field(static=True)
     restore: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True)
-    undo: Callable[[PyTree, PyTree, PyTree], PyTree] = eqx.field(static=True)
+    undo: Callable[[PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree]] = eqx.field(
+        static=True
+    )
     unstable: str = eqx.field(static=True, default="undoing the loop's ticks was unstable")
+    start: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True, default=lambda p, c: None)
+    rewind: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True, default=lambda p, c: None)
 
 
 class Loop(eqx.Module):

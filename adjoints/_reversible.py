@@ -1,11 +1,14 @@
 """Reverse mode for a loop whose ticks can be undone (`Loop.reversal`): no stored states.
 
-Forward sweep: run the ticks, keeping for each only what `Reversal.keep` says (times,
-step sizes, counters: a few scalars, never the state vectors). Reverse sweep: from the
-final carry, for k = n-1, ..., 0, rebuild the carry before tick k (`Reversal.restore`
-for an emit, `Reversal.undo` for a step) and apply the tick's VJP there. Memory is one
-carry and the kept scalars, whatever the number of steps; each step is undone and
-linearised once.
+Forward sweep: run the ticks, keeping for each emit its tick's number and what
+`Reversal.keep` says of the carry before it (times, counters, output progress: a few
+scalars, never the state vectors), and the same for each step unless `Reversal.rewind`
+rebuilds it (fixed steps; adaptive ones keep the step sizes the controller chose).
+Reverse sweep: from the final carry, for k = n-1, ..., 0, rebuild the carry before tick
+k (`Reversal.restore` for an emit, `Reversal.undo` for a step) and apply the tick's VJP
+there. Memory is one carry and the kept scalars: with fixed steps, a row per emit (no
+more than the outputs' own rows), whatever the number of steps. Each step is undone
+once (`undo` passes on what it learnt of the step before) and linearised once.
 
 The gradient is that of the computed discretisation, exact but for the rounding errors
 of the rebuilt states (an algebraically reversible solver's backward recursion is exact
@@ -30,9 +33,30 @@ from ._residuals import linearise, transposed
 from ._sweep import num_ticks_bound, scratch_writes, split_floats
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
 
-# What the forward sweep leaves: the final carry, what was kept of the carry before
-# each tick (row k; a last, scratch row), and the number of ticks.
-Kept = tuple[PyTree, PyTree, Int[Array, ""]]
+
+class Records(eqx.Module):
+    """What the forward sweep keeps of the carries before the ticks, a row each and a
+    last, scratch row: for the e-th emit, its tick (`emit_ticks`) and `keep` of the
+    carry before it (`emits`); for the s-th step, `keep` of the carry before it
+    (`steps`; None where `Reversal.rewind` rebuilds it)."""
+
+    emit_ticks: Int[Array, " emits"]
+    emits: PyTree
+    steps: PyTree | None
+
+
+# What the forward sweep leaves: the final carry, the records, the number of ticks and
+# of emits among them.
+Kept = tuple[PyTree, Records, Int[Array, ""], Int[Array, ""]]
+
+
+def rewinds(reversal: Reversal, params: PyTree, init: PyTree) -> bool:
+    """Whether the reverse sweep rebuilds what is kept of a step's carry (when traced)."""
+    return eqx.filter_eval_shape(reversal.rewind, params, init) is not None
+
+
+def _rows(example: PyTree, count: int) -> PyTree:
+    return jtu.tree_map(lambda x: jnp.zeros((count + 1, *x.shape), x.dtype), example)
 
 
 def _put(records: PyTree, k: Int[Array, ""], small: PyTree, active: Bool[Array, ""]) -> PyTree:
@@ -47,24 +71,52 @@ def _get(records: PyTree, k: Int[Array, ""]) -> PyTree:
     return jtu.tree_map(lambda rows: rows[jnp.maximum(k, 0)], records)
 
 
+def empty_records(loop: Loop, reversal: Reversal, params: PyTree, init: PyTree) -> Records:
+    """Records of zeros: `max_emits` emit rows, and `max_steps` step rows unless rewound."""
+    num_ticks_bound(loop)  # raises without a bound on the steps
+    assert loop.max_steps is not None  # checked by num_ticks_bound
+    example = jax.eval_shape(reversal.keep, init)
+    steps = None if rewinds(reversal, params, init) else _rows(example, loop.max_steps)
+    ticks = jnp.zeros((loop.max_emits + 1,), jnp.int32)
+    return Records(ticks, _rows(example, loop.max_emits), steps)
+
+
+def _record(
+    records: Records,
+    small: PyTree,
+    counts: tuple[Int[Array, ""], Int[Array, ""]],
+    emitting: bool,
+    active: Bool[Array, ""],
+) -> Records:
+    """`records` with `small` (`keep` of the carry before tick k, the e-th emit or the
+    (k - e)-th step; `counts` = (k, e)) kept where `active`."""
+    k, e = counts
+    if emitting:
+        ticks = _put(records.emit_ticks, e, k, active)
+        return Records(ticks, _put(records.emits, e, small, active), records.steps)
+    if records.steps is None:
+        return records
+    return Records(records.emit_ticks, records.emits, _put(records.steps, k - e, small, active))
+
+
 def forward_sweep(
     loop: Loop, reversal: Reversal, params: PyTree, init: PyTree, buffers: Buffers, batched: bool
 ) -> tuple[Plain, Kept]:
-    """Run the loop, keeping `reversal.keep` of the carry before every tick."""
-    bound = num_ticks_bound(loop)
-    example = jax.eval_shape(reversal.keep, init)
-    records = jtu.tree_map(lambda x: jnp.zeros((bound + 1, *x.shape), x.dtype), example)
+    """Run the loop, keeping what `Records` says of the carry before every tick."""
+    records = empty_records(loop, reversal, params, init)
     scratch = scratch_writes(buffers)
 
     def tick(small: tuple, large: tuple, active: Bool[Array, ""], emitting: bool) -> tuple:
-        carry, k = small
+        carry, k, e = small
         bufs, recs = large
-        recs = _put(recs, k, reversal.keep(carry), active)
+        if emitting or recs.steps is not None:  # `keep` is traced only where kept
+            recs = _record(recs, reversal.keep(carry), (k, e), emitting, active)
         if emitting:
             carry, writes = loop.emit(params, carry)
         else:
             carry, writes = loop.body(params, carry), scratch
-        return (carry, k + 1), (apply_writes(bufs, writes, active), recs)
+        small = (carry, k + 1, e + 1 if emitting else e)
+        return small, (apply_writes(bufs, writes, active), recs)
 
     def one_tick(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
         if loop.max_emits == 0:
@@ -92,20 +144,21 @@ def forward_sweep(
         )
         return tree_where(stepping, stepped[0], small), stepped[1]
 
-    start = (init, jnp.zeros((), jnp.int32))
-    (final, n), (buffers, records) = lockstep_while(
+    zero = jnp.zeros((), jnp.int32)
+    (final, n, num_emits), (buffers, records) = lockstep_while(
         lambda s, b: loop.going(params, s[0]),
         lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
-        start,
+        (init, zero, zero),
         (buffers, records),
         batched,
     )
-    return (final, buffers), (final, records, n)
+    return (final, buffers), (final, records, n, num_emits)
 
 
-# The reverse sweep's carry: (tick, carry after it, that carry's cotangent), and what it
+# The reverse sweep's carry: (tick k, the emits before it and it, the carry after it,
+# that carry's cotangent, what the undo that rebuilt it passed on), and what it
 # accumulates: (the parameters' cotangent, the output buffers').
-_Small = tuple[Int[Array, ""], PyTree, PyTree]
+_Small = tuple[Int[Array, ""], Int[Array, ""], PyTree, PyTree, PyTree]
 _Large = tuple[PyTree, Buffers]
 
 
@@ -125,9 +178,10 @@ def reverse_sweep(
     before the first tick is not `init`: the gradient would be wrong.
 
     An emit is undone by `restore` alone; only a step is undone by the solver, so a
-    tick's kind is decided before either is evaluated (a branch; under `vmap`, the run
-    of emits after a step in an inner loop, then the step, as the forward sweep)."""
-    final, records, n = kept
+    tick's kind is decided (by the emits' recorded ticks) before either is evaluated (a
+    branch; under `vmap`, the run of emits after a step in an inner loop, then the
+    step, as the forward sweep)."""
+    final, records, n, num_emits = kept
     params_f, params_s = eqx.partition(params, diff)
     ct_params = jtu.tree_map(jnp.zeros_like, params_f)
     example_f, example_s = split_floats(final)
@@ -135,19 +189,16 @@ def reverse_sweep(
         emit_fn(loop, params_s, example_s), params_f, example_f
     )
 
-    def restored(k: Int[Array, ""], after: PyTree) -> PyTree:
-        return reversal.restore(after, _get(records, k))
-
     def is_emit(small: _Small) -> Bool[Array, ""]:
-        k, after, _ = small
+        k, e = small[0], small[1]
         if loop.max_emits == 0:
             return jnp.asarray(False)
-        return (k >= 0) & loop.pending(restored(k, after))
+        return (k >= 0) & (e > 0) & (records.emit_ticks[jnp.maximum(e - 1, 0)] == k)
 
     def emit_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
-        k, after, ct_after = small
+        k, e, after, ct_after, spare = small
         ct_params, ct_bufs = large
-        before = restored(k, after)
+        before = reversal.restore(after, _get(records.emits, e - 1))
         before_f, before_s = split_floats(before)
         emit = emit_fn(loop, params_s, before_s)
         ct_after = split_floats(ct_after)[0]
@@ -156,21 +207,28 @@ def reverse_sweep(
         )
         if emit_reads:
             ct_params = accumulate(active, ct_params, dp, params_f)
-        return (k - 1, before, ct_before), (ct_params, ct_bufs)
+        return (k - 1, e - 1, before, ct_before, spare), (ct_params, ct_bufs)
 
-    def step_vjp(k: Int[Array, ""], after: PyTree, ct_after: PyTree) -> tuple:
-        before = reversal.undo(params, after, _get(records, k))
+    def step_vjp(small: _Small) -> tuple:
+        """(The carry before step k, its cotangent, what its undo passed on, the
+        parameters' cotangent)."""
+        k, e, after, ct_after, spare = small
+        if records.steps is None:
+            small_before = reversal.rewind(params, after)
+        else:
+            small_before = _get(records.steps, k - e)
+        before, spare = reversal.undo(params, after, small_before, spare)
         lin = linearise(loop, params, diff, before)[1]
         ct_p, ct_before = transposed(lin, params_f, split_floats(before)[0])(
             split_floats(ct_after)[0]
         )
-        return before, ct_before, ct_p
+        return before, ct_before, spare, ct_p
 
     def step_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
-        k, after, ct_after = small
+        k, e = small[0], small[1]
         ct_params, ct_bufs = large
-        before, ct_before, ct_p = step_vjp(k, after, ct_after)
-        return (k - 1, before, ct_before), (add(ct_params, ct_p), ct_bufs)
+        before, ct_before, spare, ct_p = step_vjp(small)
+        return (k - 1, e, before, ct_before, spare), (add(ct_params, ct_p), ct_bufs)
 
     def one_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
         if loop.max_emits == 0:
@@ -187,26 +245,29 @@ def reverse_sweep(
         small, (ct_params, ct_bufs) = lockstep_while(
             lambda s, b: is_emit(s), lambda s, b, a: emit_tick(s, b, a & active), small, large
         )
-        k, after, ct_after = small
+        k, e, after, ct_after, spare = small
         stepping = active & (k >= 0)
+        staying = (after, split_floats(ct_after)[0], spare)
 
         def step() -> tuple:
             # The parameters' cotangent is added inside the branch, so the batch of
             # parameter-sized totals is written once per step (see `reverse_tape`).
-            before, ct_before, ct_p = step_vjp(jnp.maximum(k, 0), after, ct_after)
-            moved = tree_where(stepping, (before, ct_before), (after, split_floats(ct_after)[0]))
+            safe = (jnp.maximum(k, 0), e, after, ct_after, spare)
+            before, ct_before, spare_before, ct_p = step_vjp(safe)
+            moved = tree_where(stepping, (before, ct_before, spare_before), staying)
             return moved, accumulate(stepping, ct_params, ct_p, params_f)
 
-        (after, ct_after), ct_params = if_any(
-            stepping, step, lambda: ((after, split_floats(ct_after)[0]), ct_params)
+        (after, ct_after, spare), ct_params = if_any(
+            stepping, step, lambda: (staying, ct_params)
         )
         k = jnp.where(stepping, k - 1, k)
-        return (k, after, ct_after), (ct_params, ct_bufs)
+        return (k, e, after, ct_after, spare), (ct_params, ct_bufs)
 
-    (_, rebuilt, ct_init), (ct_params, _) = lockstep_while(
+    start = (n - 1, num_emits, final, split_floats(ct_final)[0], reversal.start(params, final))
+    (_, _, rebuilt, ct_init, _), (ct_params, _) = lockstep_while(
         lambda s, b: s[0] >= 0,
         lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
-        (n - 1, final, split_floats(ct_final)[0]),
+        start,
         (ct_params, ct_buffers),
         batched,
     )

@@ -8,7 +8,13 @@ last step's interpolant starts. The state vectors are rebuilt:
 - an accepted step is undone by the solver (`AbstractReversibleSolver.retreat`); a
   rejected one changed no vector;
 - the interpolant of the step before (`State.row`, which the emits between the two
-  steps read) is rebuilt by undoing that step too, where the carry holds one.
+  steps read) is rebuilt by undoing that step too, where the carry holds one. That
+  gives the solver state before the step before, which is passed on to the next undo
+  (its state vector is where the interpolant starts), so each step is undone once (but
+  for a solver that keeps part of its state, `kept`: its steps are undone again).
+
+With `ConstantStepSize` nothing is kept for a step: its scalars are rebuilt from the
+carry after it (`_rewind`).
 """
 
 import dataclasses
@@ -19,7 +25,7 @@ from jaxtyping import Array, PyTree
 
 from adjoints import Reversal
 
-from . import _step
+from . import _rewind, _step
 from ._config import Config, Params
 from ._solver._base import AbstractReversibleSolver, RetreatInput, StepContext
 
@@ -46,8 +52,23 @@ def reversal(config: Config) -> Reversal:
     """The loop's `Reversal` (see the module docstring)."""
     solver = check_reversible(config)
 
-    def undo(params: Params, after: _step.State, kept: _step.State) -> _step.State:
-        return _undo_step(config, solver, params, after, kept)
+    def undo(
+        params: Params, after: _step.State, kept: _step.State, spare: PyTree
+    ) -> tuple[_step.State, PyTree]:
+        if spare is None:
+            return _undo_step(config, solver, params, after, kept), None
+        return _undo_passed_on(config, solver, params, after, kept, spare)
+
+    def start(params: Params, final: _step.State) -> PyTree:
+        """What the undo of the last step is passed: the solver state where the final
+        interpolant starts (None where undos pass nothing on)."""
+        if not _passes_on(config, solver, final):
+            return None
+        row, y, z = final.row, final.y, final.solver_state
+        return _previous_row(config, solver, params, row[0], final.t, y, z)[1]
+
+    def rewind(params: Params, after: _step.State) -> _step.State | None:
+        return _rewind.rewind(config, solver, params, after)
 
     def keep(state: _step.State) -> _step.State:
         """The carry without its state vectors (of the solver's state, what it asks to
@@ -65,7 +86,16 @@ def reversal(config: Config) -> Reversal:
         "multiplies errors by about 1/coupling: pass Reversible(solver, coupling=1.0) or "
         "a coupling nearer 1, take fewer steps, or use RecursiveCheckpointAdjoint()."
     )
-    return Reversal(keep=keep, restore=_restore, undo=undo, unstable=unstable)
+    return Reversal(
+        keep=keep, restore=_restore, undo=undo, unstable=unstable, start=start, rewind=rewind
+    )
+
+
+def _passes_on(config: Config, solver: AbstractReversibleSolver, carry: _step.State) -> bool:
+    """Whether an undo passes on the solver state before the step before (static):
+    where it rebuilds an interpolant, with a solver whose `retreat` gives the whole
+    state without `kept`."""
+    return config.carries_row and solver.kept(carry.solver_state) is None
 
 
 def _restore(after: _step.State, kept: _step.State) -> _step.State:
@@ -99,8 +129,28 @@ def _undo_step(
     row = None
     if config.carries_row:
         assert kept.row is not None  # kept whenever the carry has a row
-        row = _previous_row(config, solver, params, kept.row[0], kept.t, y, z)
+        row = _previous_row(config, solver, params, kept.row[0], kept.t, y, z)[0]
     return dataclasses.replace(kept, y=y, solver_state=z, row=row)
+
+
+def _undo_passed_on(
+    config: Config,
+    solver: AbstractReversibleSolver,
+    params: Params,
+    after: _step.State,
+    kept: _step.State,
+    spare: PyTree,
+) -> tuple[_step.State, PyTree]:
+    """`_undo_step` where the carry after the step holds the step's interpolant and
+    `spare` is the solver state it started from: the state vector before the step is
+    where the interpolant starts (a rejected step's too), so only the step before is
+    undone, for its interpolant; the solver state that gives is passed on."""
+    accepted = after.num_accepted > kept.num_accepted
+    y = after.row[1]
+    z = _tree_where(accepted, spare, after.solver_state)
+    assert kept.row is not None  # kept whenever the carry has a row
+    row, spare = _previous_row(config, solver, params, kept.row[0], kept.t, y, z)
+    return dataclasses.replace(kept, y=y, solver_state=z, row=row), spare
 
 
 def _previous_row(
@@ -111,13 +161,14 @@ def _previous_row(
     t: Array,
     y: Array,
     z: PyTree,
-) -> tuple:
+) -> tuple[tuple, PyTree]:
     """The interpolant of the step that ended at (t, y, z) and started at `t_prev`,
-    rebuilt by undoing it. A step of no length (the loop's start, or a rejected step
-    before) left a row no emit reads: it is rebuilt as (t, y, zeros)."""
+    rebuilt by undoing it, and the solver state it started from (whole where the
+    solver keeps nothing, `kept`). A step of no length (the loop's start, or a rejected
+    step before) left a row no emit reads: it is rebuilt as (t, y, zeros), from z."""
     t0, t1 = _step.times(config, t_prev, t)
     h = t1 - t0
-    y0, _, dense = solver.retreat(
+    y0, z0, dense = solver.retreat(
         RetreatInput(
             vf=params.vf,
             t0=t0,
@@ -131,7 +182,7 @@ def _previous_row(
     moved = h != 0
     y0 = jnp.where(moved, y0, y)
     dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)
-    return (t_prev, y0, dense)
+    return (t_prev, y0, dense), _tree_where(moved, z0, z)
 
 
 def _context(config: Config, params: Params) -> StepContext:
