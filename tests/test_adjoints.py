@@ -18,6 +18,7 @@ from jax.flatten_util import ravel_pytree
 
 import odesolve as ode
 from adjoints._schedule import Nested, Segments
+from odesolve._solver._runge_kutta import StagesInput
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -84,7 +85,10 @@ def _reference_pieces(solver):
 
     @jax.jit
     def step(t, h, y, k, p):
-        return solver.stages(lotka_volterra, t, h, y, k, p, False, None)
+        given = StagesInput(
+            vf=lotka_volterra, t0=t, h=h, y0=y, k0=k, args=p, with_error=False, context=None
+        )
+        return solver.stages(given)
 
     @jax.jit
     def interpolate(y, h, theta, stages):

@@ -13,6 +13,7 @@ import scipy.integrate
 import odesolve as ode
 from odesolve._controller._base import AttemptInput, FirstStepInput
 from odesolve._solver import StepContext
+from odesolve._solver._runge_kutta import StagesInput
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -257,7 +258,17 @@ def test_failed_newton_solve_is_an_infinite_error_and_a_factormin_shrink():
 
     @jax.jit
     def attempt():
-        step = solver.stages(robertson, t0, h, y0, robertson(t0, y0, k), k, True, context)
+        given = StagesInput(
+            vf=robertson,
+            t0=t0,
+            h=h,
+            y0=y0,
+            k0=robertson(t0, y0, k),
+            args=k,
+            with_error=True,
+            context=context,
+        )
+        step = solver.stages(given)
         first = FirstStepInput(
             vf=robertson, t0=t0, t1=t0 + h, y0=y0, k0=None, dt0=h, args=k, error_order=3, spec=None
         )

@@ -24,7 +24,7 @@ from ._additive_tableau import AdditiveTableau
 from ._base import StartInput, StepContext, StepInput, StepResult
 from ._chord import FlatJacobian, frozen, lu_factor, solve_stage
 from ._implicit import AbstractImplicitRungeKutta, _newton_settings, _RealView, as_complex, as_real
-from ._runge_kutta import Stages
+from ._runge_kutta import Stages, StagesInput
 
 EXPLICIT, IMPLICIT = 0, 1
 
@@ -203,7 +203,7 @@ class AbstractAdditiveRungeKutta(AbstractImplicitRungeKutta):
         explicit, implicit = stack(out.explicit), stack(out.implicit)
         return AdditiveStages(as_complex(out.y1), error, explicit, implicit, out.failed)
 
-    def stages(self, *args: Any, **kwargs: Any) -> Stages:
+    def stages(self, given: StagesInput) -> Stages:
         # The stages of one field: only a wrapper of single-field methods asks for them.
         raise TypeError(
             f"{type(self).__name__}() steps two terms, so it cannot be wrapped as a method "

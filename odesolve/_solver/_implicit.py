@@ -6,6 +6,7 @@ factorisation per step. A stage that fails rejects the step (error control) or m
 step NaN (fixed steps).
 """
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +17,9 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from .._flat import PyTree
-from ._base import Field, StepContext
+from ._base import Field
 from ._chord import FlatJacobian, NewtonSettings, frozen, lu_factor, solve_stage
-from ._runge_kutta import AbstractTableauMethod, Stages
+from ._runge_kutta import AbstractTableauMethod, Stages, StagesInput
 from ._tableau import ImplicitTableau
 from .root_finder import VeryChord, root_finder_tolerances
 
@@ -54,22 +55,15 @@ def _newton_settings(solver, context, y0: Float[Array, " n"], adaptive) -> Newto
 
 
 def implicit_step(
-    tableau: ImplicitTableau,
-    solver: "AbstractImplicitRungeKutta",
-    vf: Callable,
-    t0: Float[Array, ""],
-    h: Float[Array, ""],
-    y0: Float[Array, " n"],
-    k0: Float[Array, " n"],
-    args: PyTree,
-    with_error: bool,
-    context: StepContext | None,
+    tableau: ImplicitTableau, solver: "AbstractImplicitRungeKutta", given: StagesInput
 ) -> Stages:
     """One ESDIRK step given k0 = f(t0, y0). A stage whose Newton iterations fail makes
     the error estimate +inf (the controller rejects the step and shrinks it by its
     `factormin`); without error control (fixed steps) it makes y1 NaN, which the solve
     reports as a non-finite state."""
-    adaptive = with_error and tableau.b_error is not None
+    vf, t0, h, y0, k0, args = given.vf, given.t0, given.h, given.y0, given.k0, given.args
+    context = given.context
+    adaptive = given.with_error and tableau.b_error is not None
     settings = _newton_settings(solver, context if adaptive else None, y0, adaptive)
     direction = 1 if context is None else lax.stop_gradient(context.direction)
     spec = None if context is None else context.spec
@@ -193,19 +187,9 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
         if self.max_refreshes is not None and self.max_refreshes < 0:
             raise ValueError(f"max_refreshes={self.max_refreshes}: must be >= 0.")
 
-    def stages(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-        with_error,
-        context,
-    ) -> Stages:
-        if not jnp.iscomplexobj(y0):
-            return implicit_step(self.tableau, self, vf, t0, h, y0, k0, args, with_error, context)
+    def stages(self, given: StagesInput) -> Stages:
+        if not jnp.iscomplexobj(given.y0):
+            return implicit_step(self.tableau, self, given)
         # A complex state is stepped as its real and imaginary parts: the Newton iterations
         # and their Jacobian are then right for any field, holomorphic or not.
         if self.jacobian is not None:
@@ -213,10 +197,10 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
                 "jacobian=...: a user-supplied Jacobian needs a real state; for a complex "
                 "one leave jacobian=None (df/dy is then taken of the real and imaginary parts)."
             )
-        step = implicit_step(
-            self.tableau, self, _RealView(vf), t0, h, as_real(y0), as_real(k0), args,
-            with_error, context,
-        )  # fmt: skip
+        real = dataclasses.replace(
+            given, vf=_RealView(given.vf), y0=as_real(given.y0), k0=as_real(given.k0)
+        )
+        step = implicit_step(self.tableau, self, real)
         error = None if step.y_error is None else as_complex(step.y_error)
         ks = tuple(map(as_complex, step.ks))
         return Stages(as_complex(step.y1), error, ks, step.failed)

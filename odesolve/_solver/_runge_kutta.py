@@ -35,6 +35,30 @@ def _combine(
     return acc if base is None else base + h * acc
 
 
+class StagesInput(eqx.Module):
+    """One step's stages to compute, from (t0, y0) with size h, as a tableau method's
+    `stages` is told them.
+
+    - `vf`: the vector field, f(t, y, args): the step's `StepField`, or the flat field
+      when a reversible method undoes a step.
+    - `t0`: where the step starts (internal time tau); `h`: its size (negative for a step
+      backwards), so it ends at t0 + h.
+    - `y0`: (n,) the state at t0; `k0`: (n,) f(t0, y0), the first stage.
+    - `args`: the user's `args`, passed to `vf`.
+    - `with_error`: whether to return an error estimate (static).
+    - `context`: what the loop tells beyond the step (`StepContext`), or None.
+    """
+
+    vf: Field
+    t0: Float[Array, ""]
+    h: Float[Array, ""]
+    y0: Float[Array, " n"]
+    k0: Float[Array, " n"]
+    args: PyTree
+    with_error: bool = eqx.field(static=True)
+    context: StepContext | None
+
+
 class Stages(eqx.Module):
     """A tableau step's stages: y1, its error estimate, the stage derivatives k_i (the
     last is f(t1, y1) for first-same-as-last methods) and whether a stage failed."""
@@ -45,21 +69,13 @@ class Stages(eqx.Module):
     failed: Bool[Array, ""] | None = None
 
 
-def rk_stages(
-    tableau: ButcherTableau,
-    vf: Callable,
-    t0: Float[Array, ""],
-    h: Float[Array, ""],
-    y0: Float[Array, " n"],
-    k0: Float[Array, " n"],
-    args: PyTree,
-    with_error: bool,
-    last_stage: bool = True,
-) -> Stages:
+def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = True) -> Stages:
     """Take one step of `tableau` given k0 = f(t0, y0). `last_stage=False`: a first
     same as last tableau's last stage, f(t1, y1), is only wanted for the error estimate,
-    so is not evaluated without one."""
-    ks = [k0]
+    so is not evaluated without one. Explicit stages need no `given.context`."""
+    vf, t0, h, y0, args = given.vf, given.t0, given.h, given.y0, given.args
+    with_error = given.with_error
+    ks = [given.k0]
     stage_y = y0
     rows = len(tableau.a)
     hy = in_state_dtype(h, y0)
@@ -107,17 +123,7 @@ class AbstractTableauMethod(AbstractSolver):
             )
 
     @abc.abstractmethod
-    def stages(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-        with_error: bool,
-        context: StepContext | None,
-    ) -> Stages:
+    def stages(self, given: StagesInput) -> Stages:
         """The step's stages given k0 = f(t0, y0)."""
 
     def order(self, terms: ODETerm | None = None) -> int:
@@ -140,7 +146,16 @@ class AbstractTableauMethod(AbstractSolver):
     def advance(self, step: StepInput) -> StepResult:
         k0 = _first_stage(self.tableau.fsal, step)
         out = self.stages(
-            step.vf, step.t0, step.h, step.y0, k0, step.args, step.with_error, step.context
+            StagesInput(
+                vf=step.vf,
+                t0=step.t0,
+                h=step.h,
+                y0=step.y0,
+                k0=k0,
+                args=step.args,
+                with_error=step.with_error,
+                context=step.context,
+            )
         )
         dense = tuple(out.ks[i] for i in self.tableau.interp_stages)
         state = out.ks[-1] if self.tableau.fsal else None
@@ -163,15 +178,5 @@ class AbstractRungeKutta(AbstractTableauMethod):
 
     tableau: eqx.AbstractClassVar[ButcherTableau]
 
-    def stages(
-        self,
-        vf: Field,
-        t0: Float[Array, ""],
-        h: Float[Array, ""],
-        y0: Float[Array, " n"],
-        k0: Float[Array, " n"],
-        args: PyTree,
-        with_error,
-        context,
-    ) -> Stages:
-        return rk_stages(self.tableau, vf, t0, h, y0, k0, args, with_error)
+    def stages(self, given: StagesInput) -> Stages:
+        return rk_stages(self.tableau, given)

@@ -24,6 +24,7 @@ The error estimate is the base method's on its step from z0; dense output is the
 method's interpolant from z0, shifted to start at y0 and end at y1.
 """
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -42,7 +43,13 @@ from ._base import (
     StepResult,
 )
 from ._kinds import AbstractWrappedSolver
-from ._runge_kutta import AbstractRungeKutta, AbstractTableauMethod, Stages, rk_stages
+from ._runge_kutta import (
+    AbstractRungeKutta,
+    AbstractTableauMethod,
+    Stages,
+    StagesInput,
+    rk_stages,
+)
 
 
 class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
@@ -132,12 +139,15 @@ class Reversible(AbstractReversibleSolver, AbstractWrappedSolver):
         """One step of the base method, its first stage by `start`. Without `dense`
         output (the backward step) a first-same-as-last last stage is not evaluated."""
         k0 = start(t0, y0, args)
+        given = StagesInput(
+            vf=vf, t0=t0, h=h, y0=y0, k0=k0, args=args, with_error=with_error, context=context
+        )
         if isinstance(self.solver, AbstractRungeKutta):
-            return rk_stages(self.solver.tableau, vf, t0, h, y0, k0, args, with_error, dense)
+            return rk_stages(self.solver.tableau, given, dense)
         # Implicit stages: the forward step's Newton tolerances whether it is being taken
         # or undone (with error control, the controller's), so that both solve alike.
         controlled = dense and context is not None and context.tolerances is not None
-        return self.solver.stages(vf, t0, h, y0, k0, args, controlled, context)
+        return self.solver.stages(dataclasses.replace(given, with_error=controlled))
 
     def _dense(
         self, ahead: Stages, h: Float[Array, ""], y0: Float[Array, " n"], z0: Float[Array, " n"]
