@@ -130,12 +130,14 @@ def keep_going(config: Config, params: Params, state: State) -> Bool[Array, ""]:
     return going
 
 
-def step(config: Config, params: Params, state: State) -> State:
-    t0, t1 = times(config, state.t, state.t_next)
+def _attempt(
+    config: Config, params: Params, state: State, t0: Float[Array, ""], t1: Float[Array, ""]
+) -> StepResult:
+    """The solver's attempt at the step from (t0, state.y) to t1."""
     # Implicit solvers take their Newton tolerances from the controller (see StepContext).
     context = StepContext(params.controller.tolerances(), params.direction, config.spec)
     vf = StepField(Rematerialised(params.vf, OneTrace()), params.vf)
-    out = config.solver.advance(
+    return config.solver.advance(
         StepInput(
             vf=vf,
             t0=t0,
@@ -148,6 +150,11 @@ def step(config: Config, params: Params, state: State) -> State:
             context=context,
         )
     )
+
+
+def step(config: Config, params: Params, state: State) -> State:
+    t0, t1 = times(config, state.t, state.t_next)
+    out = _attempt(config, params, state, t0, t1)
     proposal = params.controller.adapt(
         AttemptInput(
             t0=t0,
