@@ -39,3 +39,10 @@ from ._loop import (
     Write as Write,
 )
 from ._packing import cast as cast
+from ._schedule import AbstractSchedule as AbstractSchedule
+from ._schedule import Nested as Nested
+from ._schedule import Online as Online
+from ._schedule import Revolve as Revolve
+from ._schedule import Segments as Segments
+from ._schedule import States as States
+from ._schedule import Tape as Tape

@@ -33,7 +33,7 @@ reproduces the discretisation exactly; see `Loop.decision`.
 
 import abc
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -42,29 +42,31 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._backsolve import ContinuousProblem, backsolve_loop
-from ._checkpointed import checkpointed_loop
+from ._checkpointed import Checkpointing, checkpointed_loop
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
 from ._reversible import reversible_loop
-from ._schedule import Nested, Online, Revolve, Segments, States, Tape
-from ._sweep import num_ticks_bound
-
-# The checkpoint schedules `RecursiveCheckpointAdjoint(schedule=...)` accepts.
-SCHEDULES = ("tape", "segments", "online", "states", "revolve", "nested")
+from ._schedule import (
+    SCHEDULES,
+    AbstractSchedule,
+    Nested,
+    Online,
+    Revolve,
+    Segments,
+    Sizing,
+    States,
+    Tape,
+)
+from ._sweep import DECISION_ROWS, num_ticks_bound
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
-# RecursiveCheckpointAdjoint. Every stored byte is written once and read once, and a
-# fresh tape costs about 1 ms per MB on XLA:CPU (allocation and page faults), so a tape
-# far larger than the states it actually holds is slow, not just big.
+# RecursiveCheckpointAdjoint. A tape far larger than the states it holds is slow, not just
+# big: every stored byte is written once and read once (see benchmarks/README.md).
 DEFAULT_MEMORY_BUDGET = 4 * 2**20
 # The default budget's least share per sample of a `vmap` batch (the share of 128
-# samples): beyond, the default grows with the batch. A fixed 4 MiB left a large batch
-# of neural ODEs a few KiB each, too little for taped segments: thinned online slots,
-# recomputed, cost several times the tape's time while holding a tenth of the
-# gradient's memory. 32 KiB tapes a latent ODE's decoder (a 16-dimensional state, about
-# 8 steps and 20 save times per series: 28 rows of 816 bytes beside 8 states) in one
-# segment; 16 KiB re-taped two of its three segments, a third slower.
+# samples): beyond, the default grows with the batch, so that each sample keeps room for
+# taped segments rather than thinned, recomputed online slots (see benchmarks/README.md).
 MIN_DEFAULT_BUDGET_PER_SOLVE = 32 * 2**10
 # How many times more ticks bare states must hold than taped rows (segments, or online
 # slots with residuals) before the default keeps states and recomputes each tick's VJP
@@ -75,19 +77,35 @@ RESIDUAL_RATIO = 4
 
 
 class AbstractAdjoint(eqx.Module):
-    """Runs a `Loop`. Subclasses choose the differentiation strategy.
+    """Runs a `Loop`. Subclasses choose the differentiation strategy; the solver asks
+    each what it needs with the methods below (their defaults suit an adjoint that
+    differentiates the loop's ticks)."""
 
-    A *continuous* adjoint (`continuous = True`) also needs the ODE itself: the solver
-    passes it as `problem`, a `ContinuousProblem`, to `run_loop`.
-    """
+    def needs_problem(self) -> bool:
+        """Whether `run_loop` needs the ODE itself, as `problem` (a `ContinuousProblem`):
+        a continuous adjoint solves another ODE backwards (and so does not
+        differentiate an event's time)."""
+        return False
 
-    continuous: ClassVar[bool] = False
-    # Whether the adjoint is a custom VJP, which cannot be forward-differentiated.
-    reverse_only: ClassVar[bool] = False
-    # Whether the adjoint undoes the loop's steps, and so needs `Loop.reversal`.
-    reverses: ClassVar[bool] = False
-    # Whether the solver differentiates the final state itself (a steady state).
-    implicit: ClassVar[bool] = False
+    def needs_reversal(self) -> bool:
+        """Whether the loop must say how to undo its ticks (`Loop.reversal`)."""
+        return False
+
+    def differentiates_ticks(self) -> bool:
+        """Whether derivatives flow through the loop's ticks (a resumed solve's states
+        then carry them in)."""
+        return True
+
+    def differentiates_steady_state(self) -> bool:
+        """Whether the solver gives the final state its derivative itself, as a steady
+        state's (the ticks then carry none)."""
+        return False
+
+    def saveat_options(self) -> frozenset[str] | None:
+        """The `SaveAt` options whose outputs this adjoint differentiates, by field name
+        (`t0`, `t1`, `ts`, `steps`, `fn`, `subs`, `dense`, `solver_state`,
+        `controller_state`, `made_jump`); None: every one."""
+        return None
 
     @abc.abstractmethod
     def run_loop(
@@ -137,8 +155,15 @@ class ImplicitAdjoint(AbstractAdjoint):
     are run without a derivative. Exact for an exact steady state; y0 has no effect on
     it (its gradient is zero). `SaveAt(t1=True)` only; forward and reverse mode."""
 
-    # The solver attaches the derivative to the final state (it knows the field).
-    implicit: ClassVar[bool] = True
+    def differentiates_ticks(self) -> bool:
+        return False
+
+    def differentiates_steady_state(self) -> bool:
+        # The solver attaches the derivative to the final state (it knows the field).
+        return True
+
+    def saveat_options(self) -> frozenset[str]:
+        return frozenset({"t1", "made_jump"})
 
     def run_loop(self, loop, params, init, buffers, problem=None):
         frozen = lambda tree: jtu.tree_map(
@@ -201,18 +226,23 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       4 MiB, and at least 32 KiB per sample (more than 128 samples get more). A tape of
       every step is sized for `max_steps`, so a lower `max_steps` lets more solves tape;
       taped segments are sized by the budget alone.
-    - `schedule`: None (default) chooses as above; a name forces one schedule, sized by
-      `checkpoints` when given, else by `memory_budget`: `"tape"` (every step),
-      `"segments"` (taped segments of `checkpoints` steps), `"online"` (online
-      thinning), `"states"` (online thinning of bare states, no residuals),
-      `"revolve"` (binomial) and `"nested"` (nested segments). The last two
-      need a number of steps known when traced and no output between steps.
+    - `schedule`: None (default) chooses as above; a schedule forces one: `Tape()`
+      (every step), `Segments(length=...)` (taped segments), `Online(checkpoints=...)`
+      (online thinning), `States(checkpoints=...)` (online thinning of bare states, no
+      residuals), `Revolve(checkpoints=...)` (binomial) or `Nested(lengths=...)` (nested
+      segments); what it leaves as None is sized by `checkpoints` when given, else by
+      `memory_budget`. The last two need a number of steps known when traced and no
+      output between steps. A name stands for the schedule with nothing given:
+      `"tape"`, `"segments"`, `"online"`, `"states"`, `"revolve"`, `"nested"`.
+    - `decision_rows`: step-size decisions kept for recomputing schedules to replay:
+      those of the first `decision_rows` ticks (by default 2**17, 1 MiB in float64);
+      later ones are made again when recomputed.
     """
 
-    reverse_only: ClassVar[bool] = True
     checkpoints: int | None = None
     memory_budget: int | None = None
-    schedule: str | None = None
+    schedule: str | AbstractSchedule | None = None
+    decision_rows: int = DECISION_ROWS
 
     def __check_init__(self):
         if self.checkpoints is not None and (
@@ -227,9 +257,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
                 "least 2 (or None to choose from memory_budget)."
             )
-        if self.schedule is not None and self.schedule not in SCHEDULES:
+        named = isinstance(self.schedule, str) and self.schedule in SCHEDULES
+        if not (self.schedule is None or named or isinstance(self.schedule, AbstractSchedule)):
             raise ValueError(
-                f"RecursiveCheckpointAdjoint(schedule={self.schedule!r}): pass one of "
+                f"RecursiveCheckpointAdjoint(schedule={self.schedule!r}): pass a schedule "
+                "(Tape(), Segments(), Online(), States(), Revolve(), Nested()), one of "
                 f"{', '.join(repr(n) for n in SCHEDULES)}, or None to choose by memory."
             )
 
@@ -245,8 +277,13 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         per_state = per_tick = per_slot = carry_bytes(init)
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
-        if self.schedule is not None:
-            return self._named(loop, bound, per_state, per_tick, per_slot, per_solve)
+        chosen = self.chosen_schedule()
+        if chosen is not None:
+            sizing = Sizing(
+                bound, loop.num_steps, loop.max_emits, per_state, per_tick, per_slot,
+                per_solve, self.checkpoints,
+            )  # fmt: skip
+            return chosen.sized(sizing)
         slots = self.checkpoints
         if slots is None:
             if per_solve // max(per_tick, 1) >= bound:
@@ -258,7 +295,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             if loop.num_steps is None:
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
                 states = min(per_solve // max(per_state, 1), bound)
-                if segments is not None and RESIDUAL_RATIO * segments.length >= states:
+                length = 0 if segments is None or segments.length is None else segments.length
+                if segments is not None and RESIDUAL_RATIO * length >= states:
                     return segments
                 if states >= max(2, RESIDUAL_RATIO * per_solve // max(per_slot, 1)):
                     return States(states)
@@ -273,35 +311,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             return Revolve(slots, loop.num_steps)
         return Online(slots)
 
-    def _named(self, loop, bound, per_state, per_tick, per_slot, per_solve):
-        """The schedule `self.schedule` names: states by `checkpoints` (counted as in
-        the automatic choice), else by the memory budget."""
-        name, slots = self.schedule, self.checkpoints
-        if name == "tape":
-            return Tape(bound)
-        if name in ("revolve", "nested") and not _offline(loop):
-            raise ValueError(
-                f"RecursiveCheckpointAdjoint(schedule={name!r}) needs a number of steps "
-                "known when traced and no output between steps (ConstantStepSize or StepTo "
-                "with concrete times, SaveAt(t1=True) only). Use 'online' or 'segments'."
-            )
-        if name == "segments":
-            if slots is not None:
-                return Segments(max(2, min(slots, bound - 1)), bound)
-            return Segments.fit(bound, per_state, per_tick, per_solve) or Segments(2, bound)
-        if name == "nested":
-            fitted = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
-            return fitted or Nested.smallest(loop.num_steps, per_state, per_tick)
-        if slots is None:
-            slots = max(2, per_solve // max(per_slot, 1))
-        else:
-            slots += loop.max_emits
-        if name == "revolve":
-            return Revolve(min(slots, loop.num_steps), loop.num_steps)
-        if name == "states":
-            bare = per_solve // max(per_state, 1) if self.checkpoints is None else slots
-            return States(max(2, min(bare, bound)))
-        return Online(min(slots, bound))
+    def chosen_schedule(self) -> AbstractSchedule | None:
+        """The schedule `schedule` names or is, not yet sized; None: chosen by memory."""
+        if isinstance(self.schedule, str):
+            return SCHEDULES[self.schedule]
+        return self.schedule
 
     def budget_per_solve(self, batch_size: int) -> int:
         """Bytes of stored states each of `batch_size` solves run together may take."""
@@ -311,7 +325,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return self.memory_budget // batch_size
 
     def run_loop(self, loop, params, init, buffers, problem=None):
-        return checkpointed_loop(loop, self.choose_schedule, params, init, buffers)
+        how = Checkpointing(self.choose_schedule, self.decision_rows)
+        return checkpointed_loop(loop, how, params, init, buffers)
 
 
 def _offline(loop: Loop) -> bool:
@@ -333,11 +348,20 @@ class BacksolveAdjoint(AbstractAdjoint):
     - `solver`, `stepsize_controller`: for the backward solve (default: the forward's).
     """
 
-    continuous: ClassVar[bool] = True
-    reverse_only: ClassVar[bool] = True
     seminorm: bool = True
     solver: Any = None
     stepsize_controller: Any = None
+
+    def needs_problem(self) -> bool:
+        return True
+
+    def differentiates_ticks(self) -> bool:
+        return False
+
+    def saveat_options(self) -> frozenset[str]:
+        # Its backward solve restarts from the saved states and differentiates nothing
+        # else.
+        return frozenset({"t0", "t1", "ts", "made_jump"})
 
     def run_loop(self, loop, params, init, buffers, problem=None):
         if problem is None:
@@ -353,8 +377,8 @@ class ReversibleAdjoint(AbstractAdjoint):
     those of the computed solution, exact but for rounding in the rebuilt states.
     Reverse mode only (use `ForwardMode` or `DirectAdjoint` for `jax.jvp`)."""
 
-    reverse_only: ClassVar[bool] = True
-    reverses: ClassVar[bool] = True
+    def needs_reversal(self) -> bool:
+        return True
 
     def run_loop(self, loop, params, init, buffers, problem=None):
         return reversible_loop(loop, params, init, buffers)

@@ -20,7 +20,6 @@ composition asks for it (`grad(vmap(f))`), and keeps them apart where it does no
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -31,22 +30,33 @@ from jaxtyping import Array, PyTree
 from ._forward import forward_sweep
 from ._loop import Buffers, Loop, Plain, run_plain
 from ._packing import is_float
-from ._sweep import Sweep, scratch_writes, split_floats
-
-if TYPE_CHECKING:  # the schedules import modules that import this one
-    from ._schedule import AbstractSchedule
+from ._schedule import AbstractSchedule
+from ._sweep import Backward, Run, Sweep, scratch_writes, split_floats
 
 # `choose(loop, init, params, diff, batch_size)`: the schedule for a differentiated loop.
-ChooseSchedule = Callable[[Loop, PyTree, PyTree, PyTree[bool], int], "AbstractSchedule"]
+ChooseSchedule = Callable[[Loop, PyTree, PyTree, PyTree[bool], int], AbstractSchedule]
+# Which float leaves of (params, init) are differentiated.
+Perturbed = tuple[PyTree[bool], PyTree[bool]]
+
+
+class Checkpointing(eqx.Module):
+    """How the custom VJP differentiates a loop: `choose` gives the schedule; each
+    recomputing schedule keeps the step-size decisions of the first `decision_rows`
+    ticks (see `Loop.decision`)."""
+
+    choose: ChooseSchedule = eqx.field(static=True)
+    decision_rows: int = eqx.field(static=True)
+
+    def run(self, loop: Loop, perturbed: Perturbed, params: PyTree, init: PyTree) -> Run:
+        """The differentiated run: its loop, parameters and what is differentiated."""
+        loop = differentiated(loop, perturbed)
+        diff = diff_of(perturbed, params)
+        return Run(loop, params, diff, init, loop.batch_size > 1, self.decision_rows)
 
 
 @eqx.filter_custom_vjp
 def _differentiable_loop(
-    params_and_init: tuple[PyTree, PyTree],
-    buffers: Buffers,
-    *,
-    loop: Loop,
-    choose: ChooseSchedule,
+    params_and_init: tuple[PyTree, PyTree], buffers: Buffers, *, loop: Loop, how: Checkpointing
 ) -> Plain:
     params, init = params_and_init
     return run_plain(loop, params, init, buffers)
@@ -58,49 +68,44 @@ def _differentiable_loop(
 # batched over cotangents after an unbatched forward sweep).
 @_differentiable_loop.def_fwd
 def _fwd(
-    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    perturbed: Perturbed,
     params_and_init: tuple[PyTree, PyTree],
     buffers: Buffers,
     *,
     loop: Loop,
-    choose: ChooseSchedule,
-) -> tuple[Plain, Sweep]:
+    how: Checkpointing,
+) -> tuple[Plain, tuple[Sweep, AbstractSchedule]]:
     params, init = params_and_init
-    loop = differentiated(loop, perturbed)
-    diff = diff_of(perturbed, params)
-    schedule = choose(loop, init, params, diff, loop.batch_size)
-    batched = loop.batch_size > 1
-    final, buffers, sweep = forward_sweep(loop, schedule, params, diff, init, buffers, batched)
-    return (final, buffers), sweep
+    run = how.run(loop, perturbed, params, init)
+    schedule = how.choose(run.loop, init, params, run.diff, run.loop.batch_size)
+    final, buffers, sweep = forward_sweep(run, schedule, buffers)
+    return (final, buffers), (sweep, schedule)
 
 
 @_differentiable_loop.def_bwd
 def _bwd(
-    sweep: Sweep,
+    residuals: tuple[Sweep, AbstractSchedule],
     grad_obj: tuple[PyTree, Buffers],
-    perturbed: tuple[PyTree[bool], PyTree[bool]],
+    perturbed: Perturbed,
     params_and_init: tuple[PyTree, PyTree],
     buffers: Buffers,
     *,
     loop: Loop,
-    choose: ChooseSchedule,
+    how: Checkpointing,
 ) -> tuple[PyTree, PyTree]:
     params, init = params_and_init
-    loop = differentiated(loop, perturbed)
-    diff = diff_of(perturbed, params)
+    sweep, schedule = residuals
+    run = how.run(loop, perturbed, params, init)
     ct_final, ct_buffers = grad_obj
     ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
     ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
-    zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
-    start = (ct_final, zero_params)
-    scratch = scratch_writes(buffers)
-    batched = loop.batch_size > 1
-    fixed = (loop, params, diff, init, sweep, scratch)
-    ct_init, ct_params = sweep.schedule.reverse(*fixed, start, ct_buffers, batched)
+    zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, run.diff)[0])
+    back = Backward(run, sweep, (ct_final, zero_params), ct_buffers, scratch_writes(buffers))
+    ct_init, ct_params = schedule.reverse(back)
     return ct_params, ct_init
 
 
-def differentiated(loop: Loop, perturbed: tuple[PyTree[bool], PyTree[bool]]) -> Loop:
+def differentiated(loop: Loop, perturbed: Perturbed) -> Loop:
     """The loop whose ticks are differentiated: `loop.fixed_times` when nothing that
     places the tick times is (see `Loop`). Under `vmap`, times traced per sample but
     not differentiated (a latent ODE's save times) would otherwise give every emit and
@@ -112,7 +117,7 @@ def differentiated(loop: Loop, perturbed: tuple[PyTree[bool], PyTree[bool]]) -> 
     return loop.fixed_times
 
 
-def diff_of(perturbed: tuple[PyTree[bool], PyTree[bool]], params: PyTree) -> PyTree[bool]:
+def diff_of(perturbed: Perturbed, params: PyTree) -> PyTree[bool]:
     """Which parameter leaves are differentiated: a parameter that is not (save times, the
     controller's tolerances) would otherwise get a cotangent accumulated every step."""
     return jtu.tree_map(lambda p, x: bool(p) and is_float(x), perturbed[0], params)
@@ -130,10 +135,10 @@ def materialise(ct: PyTree, shapes: PyTree[jax.ShapeDtypeStruct]) -> PyTree:
 
 
 def checkpointed_loop(
-    loop: Loop, choose: ChooseSchedule, params: PyTree, init: PyTree, buffers: Buffers
+    loop: Loop, how: Checkpointing, params: PyTree, init: PyTree, buffers: Buffers
 ) -> Plain:
     """Run `loop` so that reverse mode differentiates it by the schedule that
-    `choose(loop, init, params, diff, batch_size)` returns (called only when it is
+    `how.choose(loop, init, params, diff, batch_size)` returns (called only when it is
     differentiated; `diff` says which parameter leaves are, `batch_size` how many samples
     a `vmap` runs together)."""
-    return _differentiable_loop((params, init), buffers, loop=loop, choose=choose)
+    return _differentiable_loop((params, init), buffers, loop=loop, how=how)

@@ -88,8 +88,6 @@ def where_any(active: Bool[ArrayLike, ""], fn: Callable[[], T], old: T) -> T:
     active (see `if_any`).
 
     The select sits inside the branch, where XLA fuses it into the kernels that make
-    `fn()`'s leaves. Outside, it would be one kernel per leaf, all independent: XLA:CPU's
-    executor then runs the loop body concurrently, hands half of them to a sleeping pool
-    thread and waits about 0.1 ms for it, and, off the caller's thread, the field's
-    matrix products lose their second core."""
+    `fn()`'s leaves, rather than one independent kernel per leaf outside it (see W6 in
+    benchmarks/README.md for what those cost on XLA:CPU)."""
     return if_any(active, lambda: tree_where(active, fn(), old), lambda: old)

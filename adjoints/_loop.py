@@ -21,7 +21,7 @@ output bookkeeping on every step.
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -31,9 +31,6 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where, where_any
 from ._ticks import Ticks, run_ticks
-
-if TYPE_CHECKING:
-    from ._residuals import Layout
 
 
 class Write(eqx.Module):
@@ -57,9 +54,16 @@ class StepMemo:
     its treedef, as the custom VJP's forward and backward passes rebuild it, shares it."""
 
     def __init__(self) -> None:
-        # (signature of the step's inputs, layout); searched by equality, as a signature
-        # may hold unhashable static leaves.
-        self.layouts: list[tuple[tuple[Any, ...], Layout]] = []
+        # (signature of the step's inputs, what was found: a `_residuals.Layout`); searched
+        # by equality, as a signature may hold unhashable static leaves.
+        self.found: list[tuple[tuple[Any, ...], object]] = []
+
+    def get(self, key: tuple[Any, ...]) -> object | None:
+        """What was found for inputs of signature `key`, or None."""
+        return next((value for known, value in self.found if known == key), None)
+
+    def put(self, key: tuple[Any, ...], value: object) -> None:
+        self.found.append((key, value))
 
 
 class Reversal(eqx.Module):
@@ -88,9 +92,7 @@ class Reversal(eqx.Module):
 
     keep: Callable[[PyTree], PyTree] = eqx.field(static=True)
     restore: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True)
-    undo: Callable[[PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree]] = eqx.field(
-        static=True
-    )
+    undo: Callable[[PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree]] = eqx.field(static=True)
     unstable: str = eqx.field(static=True, default="undoing the loop's ticks was unstable")
     start: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True, default=lambda p, c: None)
     rewind: Callable[[PyTree, PyTree], PyTree] = eqx.field(static=True, default=lambda p, c: None)
@@ -199,10 +201,15 @@ def run_plain(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Pla
         carry: PyTree, large: tuple[tuple[()], Buffers], active: Bool[Array, ""]
     ) -> tuple[PyTree, tuple[tuple[()], Buffers]]:
         new, writes = loop.emit(params, carry)
-        # Unbatched, an emit runs inactive only once the loop is over, and an emit that
-        # is not due changes nothing that is kept (see `Loop`): no select.
-        new = tree_where(active, new, carry) if batched else new
-        return new, (large[0], apply_writes(large[1], writes, active))
+        if batched:
+            return tree_where(active, new, carry), (
+                large[0],
+                apply_writes(large[1], writes, active),
+            )
+        # Unbatched, an emit runs inactive only once the loop is over, and an emit that is
+        # not due changes nothing that is kept and writes only scratch rows (see `Loop`):
+        # no select.
+        return new, (large[0], apply_writes(large[1], writes))
 
     ticks = Ticks(
         going=lambda c: loop.going(params, c),

@@ -139,9 +139,9 @@ def layout_of(loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree) -> 
     compiling a gradient."""
     carry = _traceable(carry)
     key = (_signature(params), _signature(diff), _signature(carry))
-    for known, layout in loop.memo.layouts:
-        if known == key:
-            return layout
+    known = loop.memo.get(key)
+    if isinstance(known, Layout):
+        return known
     found: list[Layout] = []
 
     def trace(params: PyTree, carry: PyTree) -> tuple[Array, ...]:
@@ -152,7 +152,7 @@ def layout_of(loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree) -> 
 
     closed = eqx.filter_make_jaxpr(trace)(params, carry)[0]
     found[0].fold(_literals(closed.jaxpr))
-    loop.memo.layouts.append((key, found[0]))
+    loop.memo.put(key, found[0])
     return found[0]
 
 

@@ -2,18 +2,16 @@
 tick to reverse, run forward to it (storing further states in free slots by Griewank's
 binomial rule), apply the tick's VJP."""
 
-from collections.abc import Callable
-from typing import cast
-
+import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._binomial import next_checkpoint
 from ._lockstep import lockstep_while
-from ._loop import Buffers, Loop, Write
-from ._packing import Packing, Rows
-from ._sweep import Cotangents, SlotIndex, Sweep, get_state, put_state, replay_decision
+from ._loop import Buffers
+from ._packing import Rows
+from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state, replay_decision
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
 Scalar = Int[Array, ""]
@@ -54,73 +52,88 @@ def _next_store(
 
 
 def reverse_recompute(
-    loop: Loop,
-    params: PyTree,
-    diff: PyTree[bool],
-    sweep: Sweep,
-    start: Cotangents,
-    ct_buffers: Buffers,
-    scratch: tuple[Write, ...],
-    packing: Packing,
-    batched: bool,
-    enabled: Bool[ArrayLike, ""] = True,
+    back: Backward, enabled: Bool[ArrayLike, ""] = True
 ) -> tuple[Cotangents, Buffers]:
-    """Reverse with recomputation from the stored carries, placing further checkpoints by
-    Griewank's binomial rule. Each iteration reverses one tick: it advances (in an inner
-    loop of bare ticks, which stores the states the rule picks on the way) from the
-    latest stored state to the tick, applies the tick's VJP, then restores the latest
-    state before the next tick. One iteration per tick rather than one per store halves
-    the iterations of a binomial schedule, whose stores are about as many as its ticks.
-    The slot bookkeeping is branch-free, so the slots never pass through a `cond` (which
-    would copy them every iteration). `start`, `enabled` and the result as for
-    `reverse_tape`."""
-    ct_final, ct_params = start
-    n, slots, decisions = sweep.n, sweep.slots, sweep.decisions
-    slot_index = cast(SlotIndex, sweep.slot_index)  # a slot table: not `Segments`
-    scratch_slot = slot_index.shape[0]
+    """Reverse with recomputation from the states a schedule kept in slots (see
+    `_schedule._slots`), placing further checkpoints by Griewank's binomial rule. Each
+    iteration reverses one tick: it advances (in an inner loop of bare ticks, which
+    stores the states the rule picks on the way) from the latest stored state to the
+    tick, applies the tick's VJP, then restores the latest state before the next tick.
+    One iteration per tick rather than one per store halves the iterations of a binomial
+    schedule, whose stores are about as many as its ticks. The slot bookkeeping is
+    branch-free, so the slots never pass through a `cond` (which would copy them every
+    iteration). Where not `enabled`, nothing is reversed. Returns the cotangents (of the
+    initial carry, of the parameters) and what is left of the output cotangents."""
+    (_, last), (slots, table, _) = back.sweep.kept
+    n = back.sweep.n
+    ct_final, ct_params = back.start
+    # Start at the last tick, whose carry the forward sweep kept. Under `vmap` the samples
+    # go in lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
+    # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
+    small = (jnp.where(enabled, n - 1, -1), n - 1, last, n - 1, table, ct_final)
+    small, (_, ct_params, ct_buffers) = lockstep_while(
+        lambda s, b: s[0] >= 0,
+        _Recomputation(back).reverse_tick,
+        small,
+        (slots, ct_params, back.ct_buffers),
+        back.run.batched,
+    )
+    return (small[5], ct_params), ct_buffers
 
-    def tick(carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
-        carry, _ = loop.tick(params, carry, scratch)
-        carry = replay_decision(loop, decisions, index, carry)
-        return carry, index + 1
+
+class _Recomputation(eqx.Module):
+    """The ticks of `reverse_recompute`."""
+
+    back: Backward
+
+    def tick(self, carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
+        """Tick `index` again, with the forward sweep's step-size decision."""
+        run = self.back.run
+        carry, _ = run.loop.tick(run.params, carry, self.back.scratch)
+        decisions = self.back.sweep.kept[1][2]
+        return replay_decision(run.loop, decisions, index, carry), index + 1
 
     def advance(
-        target: Scalar,
-    ) -> Callable[[_Advance, _Stored, Bool[Array, ""]], tuple[_Advance, _Stored]]:
+        self, target: Scalar, small: _Advance, large: _Stored, active: Bool[Array, ""]
+    ) -> tuple[_Advance, _Stored]:
         """One tick towards `target`, first storing the state before it if it is the
         next checkpoint (an inactive sample stores to the scratch slot)."""
+        carry, index, nxt = small
+        slots, slot_index = large
+        store = (index == nxt) & active
+        free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
+        scratch_slot = slot_index.shape[0]
+        packing = self.back.run.packing
+        slots = put_state(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
+        kept = jnp.where(store, index, slot_index[free_slot])
+        slot_index = slot_index.at[free_slot].set(kept)
+        nxt = _next_store(slot_index, index, target, store, nxt)
+        carry, index = self.tick(carry, index)
+        return (carry, index, nxt), (slots, slot_index)
 
-        def body(
-            small: _Advance, large: _Stored, active: Bool[Array, ""]
-        ) -> tuple[_Advance, _Stored]:
-            carry, index, nxt = small
-            slots, slot_index = large
-            store = (index == nxt) & active
-            free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
-            slots = put_state(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
-            kept = jnp.where(store, index, slot_index[free_slot])
-            slot_index = slot_index.at[free_slot].set(kept)
-            nxt = _next_store(slot_index, index, target, store, nxt)
-            carry, index = tick(carry, index)
-            return (carry, index, nxt), (slots, slot_index)
-
-        return body
-
-    def body(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
+    def reverse_tick(
+        self, small: _Small, large: _Large, active: Bool[Array, ""]
+    ) -> tuple[_Small, _Large]:
+        """Advance to tick `target`, apply its VJP, restore the latest state before the
+        next one."""
+        run = self.back.run
         target, index, carry, nxt, slot_index, ct_carry = small
         slots, ct_params, ct_bufs = large
         # The slot table goes with the slots: written only where a sample stores.
         (carry, index, nxt), (slots, slot_index) = lockstep_while(
             lambda s, b: s[1] < target,
-            advance(target),
+            lambda s, b, a: self.advance(target, s, b, a),
             (carry, index, nxt),
             (slots, slot_index),
-            batched,
+            run.batched,
         )
-        if batched:  # a finished sample reverses nothing
-            pulled = (carry, ct_carry, ct_bufs, active, ct_params)
-            ct_params, ct_carry, ct_bufs = batched_tick_vjp(loop, params, diff, *pulled)
+        loop, params, diff = run.loop, run.params, run.diff
+        if run.batched:  # a finished sample reverses nothing
+            ct_params, ct_carry, ct_bufs = batched_tick_vjp(
+                loop, params, diff, carry, ct_carry, ct_bufs, active=active, ct_params=ct_params
+            )
         else:
+            scratch = self.back.scratch
             dp, ct_carry, ct_bufs = tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
             ct_params = add(ct_params, dp)
         # Release the states at or after the tick just reversed, restore the latest one
@@ -128,20 +141,7 @@ def reverse_recompute(
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
         target = jnp.where(active, target - 1, target)
         j = _nearest(slot_index, jnp.maximum(target, 0))
-        carry = get_state(slots, j, packing)
+        carry = get_state(slots, j, run.packing)
         index = slot_index[j]
         nxt = _next_store(slot_index, index, target)
         return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
-
-    # Start at the last tick, whose carry the forward sweep kept. Under `vmap` the samples
-    # go in lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
-    # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
-    small = (jnp.where(enabled, n - 1, -1), n - 1, sweep.last, n - 1, slot_index, ct_final)
-    small, (_, ct_params, ct_buffers) = lockstep_while(
-        lambda s, b: s[0] >= 0,
-        lambda s, b, a: body(s, b, a),
-        small,
-        (slots, ct_params, ct_buffers),
-        batched,
-    )
-    return (small[5], ct_params), ct_buffers

@@ -10,10 +10,10 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
 from ._lockstep import if_any, lockstep_while, tree_where
-from ._loop import Buffers, Loop
+from ._loop import Buffers
 from ._packing import Rows
 from ._residuals import Layout, TapeRows
-from ._sweep import Cotangents, split_floats
+from ._sweep import Cotangents, Run, split_floats
 from ._tick_vjp import (
     accumulate,
     add,
@@ -24,150 +24,175 @@ from ._tick_vjp import (
     step_fn,
     where_or_zero,
 )
+from ._ticks import Ticks, run_ticks
 
+Scalar = Int[Array, ""]
 # (tick, cotangent of the carry after it) and (parameters' cotangent, output buffers').
-_Small = tuple[Int[Array, ""], PyTree]
+_Small = tuple[Scalar, PyTree]
 _Large = tuple[PyTree, Buffers]
 
 
 def reverse_tape(
-    loop: Loop,
-    params: PyTree,
-    diff: PyTree[bool],
-    slots: Rows,
-    span: tuple[Int[Array, ""], Int[Array, ""]],
+    run: Run,
+    tape: Rows,
+    rows: tuple[Layout, TapeRows],
+    span: tuple[Scalar, Scalar],
     start: Cotangents,
     ct_buffers: Buffers,
-    rows: tuple[Layout, TapeRows],
-    batched: bool,
 ) -> tuple[Cotangents, Buffers]:
-    """Ticks `span` = (first, last) are on the tape `slots`, tick k at row k - first:
-    reverse them tick by tick, no recomputation. `start` holds the cotangents (of the
-    carry after `last`, of the parameters so far) to begin from; where last < first no
-    tick runs and they come back unchanged. Returns those of (the carry before `first`,
-    the parameters) and what is left of the output cotangents.
+    """Ticks `span` = (first, last) are on `tape`, tick k at row k - first: reverse them
+    tick by tick, no recomputation. `start` holds the cotangents (of the carry after
+    `last`, of the parameters so far) to begin from; where last < first no tick runs and
+    they come back unchanged. Returns those of (the carry before `first`, the
+    parameters) and what is left of the output cotangents.
 
     `rows`: (layout, `TapeRows`) of the rows, which hold each step's residuals (taping;
     online slots, beside the state, when they never had to thin): a step's VJP is its
     stored pullback applied, with no evaluation of the step.
 
-    Each iteration reverses the run of emits that follows a step (an inner loop touching
-    only the output cotangents), then the step. Organised by steps rather than by emits
-    so that under `vmap`, where the samples move in lockstep, the expensive tick (a
-    step's VJP) runs once per step of the slowest sample, not once per tick of any kind."""
-    params_f, params_s = eqx.partition(params, diff)
-    lo, hi = span
+    Organised by steps rather than by emits (see `_ticks`) so that under `vmap`, where
+    the samples move in lockstep, the expensive tick (a step's VJP) runs once per step
+    of the slowest sample, not once per tick of any kind."""
+    reversal = _TapeReversal(run, tape, rows, span[0])
+    # Traced once here, not at every tick's trace. (Batched, steps are not run in runs,
+    # and the step is not traced again to find the live leaves.)
+    live = () if run.batched else reversal.live_leaves()
+    reversal = _TapeReversal(run, tape, rows, span[0], reversal.emit_reads_params(), live)
     ct_final, ct_params = start
-    layout, tape = rows
-    carry_at = lambda k: tape.carry(slots, k - lo)
-    if tape.combined:  # a state in every row: the tick's kind is read from it
-        is_carry = lambda k: loop.pending(carry_at(k))
-    else:
-        is_carry = lambda k: tape.is_carry(slots, k - lo)
+    ticks = Ticks(
+        going=lambda s: s[0] >= reversal.lo,
+        pending=lambda s: reversal.is_emit(s[0]),
+        step=reversal.step,
+        emit=reversal.emit,
+        steps=None if run.batched else reversal.steps,
+    )
+    small = (span[1], ct_final)
+    (_, ct_init), ct_params, ct_buffers = run_ticks(
+        ticks, small, ct_params, ct_buffers, run.batched
+    )
+    return (ct_init, ct_params), ct_buffers
 
-    def step_vjp(k: Int[Array, ""], ct_carry: PyTree) -> Cotangents:
-        dp, dc = layout.vjp(tape.residuals(slots, k - lo), params)(ct_carry)
+
+class _TapeReversal(eqx.Module):
+    """The ticks of a taped span, reversed: tick k's row is k - lo."""
+
+    run: Run
+    tape: Rows
+    rows: tuple[Layout, TapeRows]
+    lo: Scalar
+    emit_reads: bool = False  # whether an emit reads a differentiated parameter
+    live: tuple[bool, ...] = ()  # see `live_leaves`
+
+    def carry_at(self, k: Scalar) -> PyTree:
+        return self.rows[1].carry(self.tape, k - self.lo)
+
+    def is_carry(self, k: Scalar) -> Bool[Array, ""]:
+        if self.rows[1].combined:  # a state in every row: the tick's kind is read from it
+            return self.run.loop.pending(self.carry_at(k))
+        return self.rows[1].is_carry(self.tape, k - self.lo)
+
+    def is_emit(self, k: Scalar) -> Bool[Array, ""]:
+        return (k >= self.lo) & self.is_carry(jnp.maximum(k, self.lo))
+
+    def is_step(self, k: Scalar) -> Bool[Array, ""]:
+        return (k >= self.lo) & ~self.is_carry(jnp.maximum(k, self.lo))
+
+    def step_vjp(self, k: Scalar, ct_carry: PyTree) -> Cotangents:
+        layout, taped = self.rows
+        dp, dc = layout.vjp(taped.residuals(self.tape, k - self.lo), self.run.params)(ct_carry)
         return dc, dp
 
-    def masked_step_vjp(k: Int[Array, ""], ct_carry: PyTree, mask: Bool[Array, ""]) -> Cotangents:
-        dc, dp = step_vjp(k, ct_carry)
-        return dc, where_or_zero(mask, dp)
+    def split_params(self) -> tuple[PyTree, PyTree]:
+        return eqx.partition(self.run.params, self.run.diff)
 
-    example_f, example_s = split_floats(carry_at(lo))
-    emit_reads_params = reads_params(emit_fn(loop, params_s, example_s), params_f, example_f)
+    def emit_reads_params(self) -> bool:
+        params_f, params_s = self.split_params()
+        example_f, example_s = split_floats(self.carry_at(self.lo))
+        return reads_params(emit_fn(self.run.loop, params_s, example_s), params_f, example_f)
 
-    def emit_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
+    def emit_tick(
+        self, small: _Small, large: _Large, active: Bool[Array, ""]
+    ) -> tuple[_Small, _Large]:
         k, ct_carry = small
         ct_params, ct_bufs = large
-        carry_f, carry_s = split_floats(carry_at(k))
-        emit = emit_fn(loop, params_s, carry_s)
+        params_f, params_s = self.split_params()
+        carry_f, carry_s = split_floats(self.carry_at(k))
+        emit = emit_fn(self.run.loop, params_s, carry_s)
+        wrt_params = self.emit_reads
         dp, dc, ct_bufs = emit_vjp(
-            emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params=emit_reads_params
+            emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params=wrt_params
         )
-        if emit_reads_params:
+        if wrt_params:
             ct_params = accumulate(active, ct_params, dp, params_f)
-        return (k - 1, dc), (ct_params, ct_bufs)
+        small = (k - active.astype(jnp.int32), tree_where(active, dc, ct_carry))
+        return small, (ct_params, ct_bufs)
 
-    def is_emit(k: Int[Array, ""]) -> Bool[Array, ""]:
-        return (k >= lo) & is_carry(jnp.maximum(k, lo))
-
-    def is_step(k: Int[Array, ""]) -> Bool[Array, ""]:
-        return (k >= lo) & ~is_carry(jnp.maximum(k, lo))
-
-    def emits_then_step(
-        small: _Small, large: _Large, active: Bool[Array, ""]
-    ) -> tuple[_Small, _Large]:
-        """Batched: the run of emits after a step, then the step, whose VJP runs only
-        when some sample steps."""
-        (k, ct_carry), (ct_params, ct_bufs) = lockstep_while(
-            lambda s, b: is_emit(s[0]),
-            lambda s, b, a: emit_tick(s, b, a & active),
+    def emit(self, small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
+        if self.run.batched:
+            return self.emit_tick(small, large, active)
+        # Unbatched, the emit after the last run of steps is not due: skip its VJP. After a
+        # run of steps an emit is due exactly while ticks are left: `active`, without
+        # reading the tape (a kernel of its own, which XLA:CPU would run beside others).
+        # Inside the branch the emit is known to be active (nothing to mask).
+        return lax.cond(
+            small[0] >= self.lo,
+            lambda s, b: self.emit_tick(s, b, jnp.asarray(True)),
+            lambda s, b: (s, b),
             small,
             large,
-            True,
         )
-        stepping = active & (k >= lo)
 
-        def step() -> tuple[PyTree, PyTree]:
-            dc, dp = masked_step_vjp(jnp.maximum(k, lo), ct_carry, stepping)
+    def step(
+        self, small: _Small, ct_params: PyTree, stepping: Bool[Array, ""]
+    ) -> tuple[_Small, PyTree]:
+        """Batched: one step's VJP, run only when some sample steps."""
+        k, ct_carry = small
+
+        def vjp() -> tuple[PyTree, PyTree]:
+            dc, dp = self.step_vjp(jnp.maximum(k, self.lo), ct_carry)
             # Added inside the branch: the parameters' cotangent (one per sample under
             # `vmap`, a batch of weight-sized arrays) is then written once per step.
-            return tree_where(stepping, dc, ct_carry), add(ct_params, dp)
+            return tree_where(stepping, dc, ct_carry), add(ct_params, where_or_zero(stepping, dp))
 
-        ct_carry, ct_params = if_any(stepping, step, lambda: (ct_carry, ct_params))
-        return (k - 1, ct_carry), (ct_params, ct_bufs)
+        ct_carry, ct_params = if_any(stepping, vjp, lambda: (ct_carry, ct_params))
+        return (k - stepping.astype(jnp.int32), ct_carry), ct_params
 
-    # Carry leaves a step reads: only their cotangents change along a run of steps. The
-    # others' (an interpolation row, which only an emit reads) enter the run's first
-    # step and are zero after it; carrying them through the run would rewrite them with
-    # zeros every step, which XLA does with a copy per leaf. (Batched, steps are not run
-    # in such runs, and the step is not traced again to find these.)
-    live: tuple[bool, ...] = ()
-    if not batched:
-        live = read_leaves(step_fn(loop, params_s, example_s), params_f, example_f)[1]
-    ct_live = lambda ct: tuple(c for c, r in zip(jtu.tree_leaves(ct), live) if r)
+    def live_leaves(self) -> tuple[bool, ...]:
+        """Carry leaves a step reads: only their cotangents change along a run of steps.
+        The others' (an interpolation row, which only an emit reads) enter the run's
+        first step and are zero after it; carrying them through the run would rewrite
+        them with zeros every step, which XLA does with a copy per leaf."""
+        params_f, params_s = self.split_params()
+        example_f, example_s = split_floats(self.carry_at(self.lo))
+        return read_leaves(step_fn(self.run.loop, params_s, example_s), params_f, example_f)[1]
 
-    def with_live(ct: PyTree, values: Iterable[Array]) -> PyTree:
-        leaves, treedef = jtu.tree_flatten(ct)
-        values = iter(values)
-        return jtu.tree_unflatten(treedef, [next(values) if r else c for c, r in zip(leaves, live)])
-
-    def steps_then_emit(
-        small: _Small, large: _Large, active: Bool[Array, ""]
-    ) -> tuple[_Small, _Large]:
-        """Unbatched: the run of steps before an emit in a tight inner loop, then the
-        emit."""
-        ct_params, ct_bufs = large
+    def steps(self, small: _Small, ct_params: PyTree) -> tuple[_Small, PyTree]:
+        """Unbatched: the run of steps before an emit in a tight inner loop that carries
+        only the live cotangents."""
         first, ct_carry = small
+        live = self.live
+        ct_live = lambda ct: tuple(c for c, r in zip(jtu.tree_leaves(ct), live) if r)
+
+        def with_live(ct: PyTree, values: Iterable[Array]) -> PyTree:
+            leaves, treedef = jtu.tree_flatten(ct)
+            values = iter(values)
+            return jtu.tree_unflatten(
+                treedef, [next(values) if r else c for c, r in zip(leaves, live)]
+            )
 
         def one_step(
-            k: Int[Array, ""], values: tuple[Array, ...], ct_params: PyTree
-        ) -> tuple[tuple[Int[Array, ""], tuple[Array, ...]], PyTree]:
+            k: Scalar, values: tuple[Array, ...], ct_params: PyTree
+        ) -> tuple[tuple[Scalar, tuple[Array, ...]], PyTree]:
             zero_unless_first = lambda c: jnp.where(k == first, c, jnp.zeros_like(c))
-            ct = with_live(jtu.tree_map(zero_unless_first, ct_carry), values)
-            dc, dp = step_vjp(k, ct)
+            dc, dp = self.step_vjp(k, with_live(jtu.tree_map(zero_unless_first, ct_carry), values))
             return (k - 1, ct_live(dc)), add(ct_params, dp)
 
         (k, values), ct_params = lockstep_while(
-            lambda s, p: is_step(s[0]),
+            lambda s, p: self.is_step(s[0]),
             lambda s, p, a: one_step(*s, p),
             (first, ct_live(ct_carry)),
             ct_params,
             False,
         )
         stepped = lambda c: jnp.where(k < first, jnp.zeros_like(c), c)
-        small = (k, with_live(jtu.tree_map(stepped, ct_carry), values))
-        return lax.cond(
-            k >= lo,
-            lambda: emit_tick(small, (ct_params, ct_bufs), jnp.asarray(True)),
-            lambda: (small, (ct_params, ct_bufs)),
-        )
-
-    (_, ct_init), (ct_params, ct_buffers) = lockstep_while(
-        lambda s, b: s[0] >= lo,
-        lambda s, b, a: (emits_then_step if batched else steps_then_emit)(s, b, a),
-        (hi, ct_final),
-        (ct_params, ct_buffers),
-        batched,
-    )
-    return (ct_init, ct_params), ct_buffers
+        return (k, with_live(jtu.tree_map(stepped, ct_carry), values)), ct_params

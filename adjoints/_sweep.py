@@ -1,8 +1,6 @@
 """What the forward sweep of a checkpointed loop leaves for its reverse sweep, and the
 helpers both sweeps use to store and restore loop states (packed rows, see `Packing`)."""
 
-from typing import TYPE_CHECKING
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,18 +8,76 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree, Shaped
 
+from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._packing import Packing, Rows, is_float
 
-if TYPE_CHECKING:  # the schedules import this module
-    from ._schedule import AbstractSchedule
-
-
 SlotIndex = Int[Array, " slots"]  # the tick whose state each slot holds, -1 if free
-# A sweep's slot table; `Segments` keeps the packed state before each segment in its place.
-SlotTable = SlotIndex | Rows
 # Cotangents of (a carry, the differentiated parameters).
 Cotangents = tuple[PyTree, PyTree]
+# What a schedule keeps on the way forward: (a part selected per sample, a part written
+# only through scratch rows: slots, a tape, a decision record).
+Kept = tuple[PyTree, PyTree]
+Decisions = Shaped[Array, " rows *decision"] | None
+
+# Step-size decisions kept for recomputation to replay, by default: those of the first
+# 2**17 ticks (1 MiB in float64), not one per tick of the bound, so that memory follows
+# the steps a solve takes rather than `max_steps`. A longer solve's later decisions are
+# made again when recomputed, as the forward sweep made them (equal but for rounding in a
+# differently compiled step).
+DECISION_ROWS = 2**17
+
+
+class Run(eqx.Module):
+    """One differentiated run of a loop, as both of its sweeps see it: the loop, its
+    parameters (`diff`: which leaves are differentiated), its initial carry, whether it
+    runs batched under `vmap`, and how many step-size decisions to record for replay."""
+
+    loop: Loop
+    params: PyTree
+    diff: PyTree[bool]
+    init: PyTree
+    batched: bool
+    decision_rows: int = DECISION_ROWS
+
+    @property
+    def packing(self) -> Packing:
+        """How a state of this loop is packed into a row."""
+        return Packing.of(self.init)
+
+
+class Tick(eqx.Module):
+    """A tick of the forward sweep: its number k and the carry before it."""
+
+    k: Int[Array, ""]
+    carry: PyTree
+
+    def after(self, new: PyTree, active: Bool[ArrayLike, ""]) -> "Tick":
+        """The next tick, from `new`, the carry after this one; unchanged where not
+        `active`."""
+        return Tick(
+            self.k + jnp.asarray(active).astype(jnp.int32), tree_where(active, new, self.carry)
+        )
+
+
+class Sweep(eqx.Module):
+    """What the forward sweep leaves for the reverse sweep: the ticks taken and what the
+    schedule kept (see `AbstractSchedule`)."""
+
+    n: Int[Array, ""]
+    kept: Kept
+
+
+class Backward(eqx.Module):
+    """What a schedule's reverse sweep starts from: the run, the forward sweep's record,
+    the cotangents (of the final carry, of the differentiated parameters: zeros) and the
+    output buffers' cotangents, and what a step tick writes (`scratch`, to scratch rows)."""
+
+    run: Run
+    sweep: Sweep
+    start: Cotangents
+    ct_buffers: Buffers
+    scratch: tuple[Write, ...]
 
 
 def split_floats(tree: PyTree) -> tuple[PyTree, PyTree]:
@@ -49,57 +105,32 @@ def num_ticks_bound(loop: Loop) -> int:
     return loop.max_steps + loop.max_emits
 
 
-class Sweep(eqx.Module):
-    """What the forward sweep leaves for the reverse sweep, and the schedule it kept
-    (chosen once, where the batch size is known: a reverse sweep under `jax.jacrev` runs
-    batched over cotangents after an unbatched forward sweep)."""
-
-    n: Int[Array, ""]  # ticks taken
-    slots: Rows  # stored carries, packed; one scratch row at the end
-    slot_index: SlotTable
-    last: PyTree  # carry before the last tick (None when taping)
-    decisions: Array | None  # step-size decision after each tick (None unless replaying)
-    schedule: "AbstractSchedule" = eqx.field(static=True)
-
-
-# Step-size decisions kept for recomputation to replay: those of the first DECISION_ROWS
-# ticks (1 MiB in float64), not one per tick of the bound, so that memory follows the
-# steps a solve takes rather than `max_steps`. A longer solve's later decisions are made
-# again when recomputed, as the forward sweep made them (equal but for rounding in a
-# differently compiled step).
-DECISION_ROWS = 2**17
-
-
-def decision_tape(loop: Loop, init: PyTree) -> Shaped[Array, " rows *decision"]:
-    """Row k + 1 holds the decision after tick k (row 0 is written by inactive samples
-    and never read)."""
-    assert loop.decision is not None  # only a loop with decisions records them
-    shape = jax.eval_shape(loop.decision, init)
-    rows = min(num_ticks_bound(loop), DECISION_ROWS) + 1
+def decision_tape(run: Run) -> Decisions:
+    """An empty record of step-size decisions, or None for a loop that makes none. Row
+    k + 1 holds the decision after tick k (row 0 is written by inactive samples and never
+    read)."""
+    loop = run.loop
+    if loop.decision is None:
+        return None
+    shape = jax.eval_shape(loop.decision, run.init)
+    rows = min(num_ticks_bound(loop), run.decision_rows) + 1
     return jnp.zeros((rows, *shape.shape), shape.dtype)
 
 
 def record_decision(
-    loop: Loop,
-    decisions: Shaped[Array, " rows *decision"],
-    k: Int[Array, ""],
-    carry: PyTree,
-    active: Bool[ArrayLike, ""],
-) -> Shaped[Array, " rows *decision"]:
-    """Keep the decision of the carry after tick k, where the tape has a row for it."""
+    loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree, active: Bool[ArrayLike, ""]
+) -> Decisions:
+    """Keep the decision of the carry after tick k, where the record has a row for it."""
+    if decisions is None:
+        return None
     assert loop.decision is not None  # only a loop with decisions records them
     row = jnp.where(active & (k + 1 < decisions.shape[0]), k + 1, 0)
     return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
 
 
-def replay_decision(
-    loop: Loop,
-    decisions: Shaped[Array, " rows *decision"] | None,
-    k: Int[Array, ""],
-    carry: PyTree,
-) -> PyTree:
+def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
     """The carry after recomputing tick k, with the forward sweep's decision put back
-    where the tape holds it (later ticks keep the one just made)."""
+    where the record holds it (later ticks keep the one just made)."""
     if decisions is None:
         return carry
     assert loop.decision is not None and loop.replay is not None  # decisions were recorded

@@ -27,6 +27,13 @@ from adjoints import (
 from adjoints import (
     ReversibleAdjoint as ReversibleAdjoint,
 )
+from adjoints import AbstractSchedule as AbstractSchedule
+from adjoints import Nested as Nested
+from adjoints import Online as Online
+from adjoints import Revolve as Revolve
+from adjoints import Segments as Segments
+from adjoints import States as States
+from adjoints import Tape as Tape
 
 from ._continuous import adjoint_rms_seminorm as adjoint_rms_seminorm
 from ._control_term import ControlTerm as ControlTerm

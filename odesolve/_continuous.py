@@ -21,26 +21,8 @@ from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._flat import PyTree
 from ._results import ComplexStateWarning, UnsupportedCombination
-from ._saveat import SaveAt, SubSaveAt, save_y
+from ._saveat import SaveAt
 from ._term import MultiTerm, ODETerm
-
-
-def check_supported(saveat: SaveAt) -> None:
-    single = saveat.subs
-    if (
-        saveat.dense
-        or saveat.solver_state
-        or saveat.controller_state
-        or not isinstance(single, SubSaveAt)
-        or single.steps
-        or single.fn is not save_y
-    ):
-        raise UnsupportedCombination(
-            "BacksolveAdjoint supports SaveAt(t0=..., t1=..., ts=...) only (or one SubSaveAt "
-            "of those), not steps, dense, fn, several subs or the solver's or controller's "
-            "state: its backward solve restarts from the saved states, and differentiates "
-            "nothing else. Use RecursiveCheckpointAdjoint() (the default) for those."
-        )
 
 
 def _zeros_float(tree: PyTree):

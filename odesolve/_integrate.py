@@ -20,8 +20,9 @@ from jaxtyping import Array, Float
 from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_size
 
 from . import _event, _saving, _steady_state_derivative, _step
+from ._adjoint_outputs import check_outputs
 from ._config import Config, Params, check_adaptive, static_times
-from ._continuous import check_supported, continuous_problem
+from ._continuous import continuous_problem
 from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
 from ._discrete_event import AbstractDiscreteTerminatingEvent, as_event
@@ -40,7 +41,7 @@ from ._solver._base import AbstractSolver
 from ._solver._user import loop_solver
 from ._term import ODETerm
 from ._eager import cached_call, check_once
-from ._validate import check_kinds, check_time_values, normalise_inputs, time_arrays
+from ._validate import Inputs, check_kinds, check_time_values, normalise_inputs, time_arrays
 
 
 def diffeqsolve(
@@ -172,13 +173,12 @@ def _diffeqsolve(
     """`diffeqsolve` after its cheap checks, up to the solution (not yet raised on)."""
     # A solver written in Diffrax's interface (`init`/`step`) runs through an adapter.
     solver = loop_solver(solver)
-    if adjoint.implicit:
-        _steady_state_derivative.check_supported(saveat)
+    check_outputs(adjoint, saveat)
     if discrete_terminating_event is not None:
         event = as_event(discrete_terminating_event, event)
     if event is not None and not isinstance(event, Event):
         raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
-    if event is not None and adjoint.continuous:
+    if event is not None and adjoint.needs_problem():
         raise UnsupportedCombination(
             f"event=... cannot be combined with adjoint={type(adjoint).__name__}(): the "
             "continuous adjoint does not differentiate the event time. Use "
@@ -189,33 +189,26 @@ def _diffeqsolve(
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )
-    solve = functools.partial(
-        _solve,
-        inputs.terms,
-        solver,
-        inputs.t0,
-        inputs.t1,
-        inputs.dt0,
-        inputs.y0,
-        args,
+    given = _Given(inputs, solver, args, resume_from(solver_state, controller_state, made_jump))
+    how = _How(
         saveat=saveat,
         controller=stepsize_controller,
+        adjoint=adjoint,
+        meter=progress_meter,
         # Step counters are int32: a larger bound (never reached: a billion steps) is
         # that many, rather than a count that wraps.
         max_steps=None if max_steps is None else min(max_steps, _MOST_STEPS),
         throw=throw,
-        meter=progress_meter,
-        event=inputs.event,
-        direction=inputs.direction,
+    )
+    known = _Known(
         # An event may stop the solve early: the step count is not known in advance.
         num_steps=inputs.num_steps if event is None else None,
         static_times=static_times(t0, t1, dt0, saveat, stepsize_controller, event),
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
-        resume=resume_from(solver_state, controller_state, made_jump),
     )
     with forward_mode_named(adjoint):
-        sol = solve(adjoint=adjoint)
-    if adjoint.implicit and jtu.tree_leaves(y0):
+        sol = _solve(given, how, known)
+    if adjoint.differentiates_steady_state() and jtu.tree_leaves(y0):
         sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args)
     return sol
 
@@ -255,29 +248,44 @@ def _save_nothing(t: RealScalarLike, y: PyTree, args: PyTree):
     return None
 
 
+class _Given(eqx.Module):
+    """What one solve is given: the checked inputs (`Inputs`: terms, event, times, y0,
+    direction), the solver, `args`, and the state it resumes from (or None)."""
+
+    inputs: Inputs
+    solver: AbstractSolver
+    args: PyTree
+    resume: Resume | None
+
+
+class _How(eqx.Module):
+    """How it is solved and what it returns: the strategies the caller chose."""
+
+    saveat: SaveAt
+    controller: AbstractStepSizeController
+    adjoint: AbstractAdjoint
+    meter: AbstractProgressMeter
+    max_steps: int | None
+    throw: bool
+
+
+class _Known(eqx.Module):
+    """What is known when the solve is traced: its exact number of steps (or None),
+    whether its times are concrete, how many samples a `vmap` runs together."""
+
+    num_steps: int | None
+    static_times: bool
+    batch: int
+
+
 @eqx.filter_jit
-def _solve(
-    terms: ODETerm,
-    solver: AbstractSolver,
-    t0: Float[Array, ""],
-    t1: Float[Array, ""],
-    dt0: Float[Array, ""] | None,
-    y0: PyTree,
-    args: PyTree,
-    *,
-    saveat: SaveAt,
-    controller: AbstractStepSizeController,
-    adjoint: AbstractAdjoint,
-    max_steps: int | None,
-    throw: bool,
-    meter: AbstractProgressMeter,
-    event: Event | None,
-    direction: Float[Array, ""],
-    num_steps: int | None,
-    static_times: bool,
-    batch: int,
-    resume: Resume | None,
-) -> Solution:
+def _solve(given: _Given, how: _How, known: _Known) -> Solution:
+    inputs, solver, args, resume = given.inputs, given.solver, given.args, given.resume
+    terms, event, direction = inputs.terms, inputs.event, inputs.direction
+    t0, t1, dt0, y0 = inputs.t0, inputs.t1, inputs.dt0, inputs.y0
+    saveat, controller, adjoint, meter = how.saveat, how.controller, how.adjoint, how.meter
+    max_steps, throw = how.max_steps, how.throw
+    num_steps, static_times, batch = known.num_steps, known.static_times, known.batch
     time_dtype = jnp.result_type(t0)
     if direction is None:  # only known at run time
         direction = jnp.where(t1 >= t0, 1, -1).astype(time_dtype)
@@ -314,14 +322,13 @@ def _solve(
     )
     y0_flat = spec.ravel(y0)
     init = _step.initial_state(config, params, y0_flat, input_checks(config, params), meter_last)
-    differentiable = not (adjoint.continuous or adjoint.implicit)
-    init = resumed(init, resume, config.needs_error, differentiable)
+    init = resumed(init, resume, config.needs_error, adjoint.differentiates_ticks())
     make_loop = functools.partial(
         _loop,
         max_emits=_saving.max_emits(config.saving, params.save_ts),
         num_steps=num_steps,
         batch=batch,
-        reverses=adjoint.reverses,
+        reverses=adjoint.needs_reversal(),
     )
     fixed = None
     if not config.static_times and config.event is None:
@@ -329,8 +336,7 @@ def _solve(
     loop = make_loop(config, fixed_times=fixed)
     buffers = _saving.buffers(config.saving, params.save_ts, spec, len(config.table), time_dtype)
     problem = None
-    if adjoint.continuous:
-        check_supported(saveat)
+    if adjoint.needs_problem():
         problem = continuous_problem(adjoint, solver, max_steps, throw, diffeqsolve)
     final, buffers = adjoint.run_loop(loop, params, init, buffers, problem)
     return _finish(config, params, saveat, y0_flat, final, buffers, t0, t1)

@@ -16,27 +16,10 @@ import jax.tree_util as jtu
 from jax import lax
 
 from ._flat import PyTree, flat_spec, state_dtype
-from ._results import UnsupportedCombination
-from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import Solution
 from ._solver._chord import frozen
 from ._solver._implicit import as_complex, as_real
 from ._term import ODETerm
-
-
-def check_supported(saveat: SaveAt) -> None:
-    sub = saveat.subs
-    only_t1 = (
-        isinstance(sub, SubSaveAt) and sub.t1 and not sub.t0 and sub.ts is None
-        and not sub.steps and sub.fn is save_y and not saveat.dense
-        and not saveat.solver_state and not saveat.controller_state
-    )  # fmt: skip
-    if not only_t1:
-        raise UnsupportedCombination(
-            f"adjoint=ImplicitAdjoint() with saveat={saveat!r}: it differentiates the "
-            "final (steady) state only. Pass saveat=SaveAt(t1=True), or use "
-            "RecursiveCheckpointAdjoint() (the default) to differentiate other outputs."
-        )
 
 
 @jax.custom_jvp

@@ -17,7 +17,6 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import odesolve as ode
-from adjoints._schedule import Nested, Segments
 from odesolve._solver._runge_kutta import StagesInput
 
 EPS = float(np.finfo(np.float64).eps)
@@ -254,13 +253,12 @@ def test_revolve_gradient_matches_unrolled_loop():
     ],
     ids=["1-level", "2", "3"],
 )
-def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
+def test_nested_segments_gradient_matches_unrolled_loop(lengths):
     """Nested segments (the default adjoint's choice for a known step count when taping
     does not fit), one to three levels, on a count no level divides; under jit, and
     under vmap with a shared and a per-sample parameter."""
     n = 23
-    monkeypatch.setattr(Nested, "fit", staticmethod(lambda ticks, *_: Nested(lengths, ticks)))
-    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.Nested(lengths=lengths))
     loss, reference = _constant_steps_loss(n, adjoint)
     direct = _constant_steps_loss(n, ode.DirectAdjoint())[0]
 
@@ -286,7 +284,7 @@ def test_nested_segments_gradient_matches_unrolled_loop(lengths, monkeypatch):
     [pytest.param(3, None, marks=pytest.mark.matrix), (3, 2), (100, None)],
     ids=["re-taped", "thinned", "one-segment"],
 )
-def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_reference, monkeypatch):
+def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_reference):
     """Taped segments (the default adjoint's choice for adaptive steps when a tape of the
     bound does not fit): segments of 3 ticks, every one but the last run again from its
     state with the step sizes replayed; the same with only 2 states kept, thinned as the
@@ -294,9 +292,8 @@ def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_refer
     state; and one segment holding the whole solve. Under jit with leak checks; thinned,
     also under vmap (each sample thinning its own states: the re-taping is the same
     without); re-taped, also forward over reverse."""
-    chosen = classmethod(lambda cls, ticks, *_: cls(length, ticks, starts))
-    monkeypatch.setattr(Segments, "fit", chosen)
-    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    schedule = ode.Segments(length=length, starts=starts)
+    adjoint = ode.RecursiveCheckpointAdjoint(schedule=schedule)
     value_and_grad = jax.jit(jax.value_and_grad(_pid_loss, argnums=(0, 1)), static_argnums=2)
     with checking_leaks():
         value, grads = value_and_grad(Y0, PARAMS, adjoint)
@@ -332,9 +329,9 @@ def test_default_adjoint_tapes_segments_when_the_bound_does_not_fit(monkeypatch)
     max_steps=256 the tape fits. (Traced, not compiled: the gradients through segments
     are checked above.)"""
     chosen = []
-    fit = Segments.fit
+    fit = ode.Segments.fit
     monkeypatch.setattr(
-        Segments, "fit", classmethod(lambda cls, *a: chosen.append(fit(*a)) or chosen[-1])
+        ode.Segments, "fit", classmethod(lambda cls, *a: chosen.append(fit(*a)) or chosen[-1])
     )
     batch = PARAMS * jnp.linspace(0.8, 1.2, 16)[:, None]
     adjoint = ode.RecursiveCheckpointAdjoint()
@@ -344,7 +341,7 @@ def test_default_adjoint_tapes_segments_when_the_bound_does_not_fit(monkeypatch)
         return jnp.sum(losses)
 
     jax.jit(jax.grad(loss), static_argnums=1).lower(batch, 4096)
-    assert chosen and all(isinstance(c, Segments) for c in chosen)
+    assert chosen and all(isinstance(c, ode.Segments) for c in chosen)
     # The longest segments that fit: far more than this solve's ~50 ticks.
     assert 50 < chosen[0].length < 4096
     count = len(chosen)

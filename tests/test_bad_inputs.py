@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import adjoints._sweep
 import odesolve as ode
 
 PID = ode.PIDController(rtol=1e-8, atol=1e-8)
@@ -195,10 +194,9 @@ def test_reverse_mode_memory_follows_the_steps_not_max_steps():
 
 
 @pytest.mark.parametrize("schedule", ["online", pytest.param("segments", marks=pytest.mark.matrix)])
-def test_a_solve_longer_than_the_decision_record_differentiates_exactly(monkeypatch, schedule):
-    # Step-size decisions are kept for the first DECISION_ROWS ticks; later ones are made
-    # again when recomputed. Shrunk to 4 here so that a 30-step solve goes past it.
-    monkeypatch.setattr(adjoints._sweep, "DECISION_ROWS", 4)
+def test_a_solve_longer_than_the_decision_record_differentiates_exactly(schedule):
+    # Step-size decisions are kept for the first `decision_rows` ticks; later ones are
+    # made again when recomputed. Shrunk to 4 here so that a 30-step solve goes past it.
 
     def loss(p, adjoint):
         field = lambda t, y, args: -args * y + jnp.sin(3 * t)
@@ -208,6 +206,28 @@ def test_a_solve_longer_than_the_decision_record_differentiates_exactly(monkeypa
         )  # fmt: skip
         return jnp.sum(sol.ys[-1])
 
-    recomputing = ode.RecursiveCheckpointAdjoint(checkpoints=3, schedule=schedule)
+    recomputing = ode.RecursiveCheckpointAdjoint(checkpoints=3, schedule=schedule, decision_rows=4)
     grad = jax.grad(loss)(1.5, recomputing)
     np.testing.assert_allclose(grad, jax.grad(loss)(1.5, ode.DirectAdjoint()), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "adjoint, saveat, refused",
+    [
+        (ode.BacksolveAdjoint(), ode.SaveAt(t1=True, controller_state=True), "controller_state"),
+        (ode.ImplicitAdjoint(), ode.SaveAt(t1=True, dense=True), "dense"),
+    ],
+)
+def test_an_adjoint_refuses_the_outputs_it_does_not_differentiate(adjoint, saveat, refused):
+    # Each lists the SaveAt options it differentiates; any other is named and refused.
+    with pytest.raises(ValueError, match=rf"(?s)saveat=SaveAt\(.*not {refused}:"):
+        solve(saveat=saveat, adjoint=adjoint)
+
+
+def test_a_schedule_is_given_as_an_object_or_its_name():
+    with pytest.raises(ValueError, match=r"schedule=3\): pass a schedule \(Tape\(\)"):
+        ode.RecursiveCheckpointAdjoint(schedule=3)
+    named = ode.RecursiveCheckpointAdjoint(schedule="revolve").chosen_schedule()
+    assert named == ode.Revolve()
+    given = ode.Revolve(checkpoints=8)
+    assert ode.RecursiveCheckpointAdjoint(schedule=given).chosen_schedule() is given

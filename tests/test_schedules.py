@@ -311,9 +311,8 @@ def test_online_schedule_recomputation_bound():
     ],
     ids=["1-level", "2-level"],
 )
-def test_nested_segments_exact_order(lengths, expected, monkeypatch):
-    monkeypatch.setattr(Nested, "fit", staticmethod(lambda ticks, *_: Nested(lengths, ticks)))
-    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+def test_nested_segments_exact_order(lengths, expected):
+    adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.Nested(lengths=lengths))
     log = euler_gradient_log(10, adjoint)
     # The forward sweep as always; the reverse sweep's last evaluation is not tick 0's
     # (a segment is linearised forwards, then reversed without evaluations).
@@ -341,25 +340,23 @@ def test_nested_fit_uses_the_fewest_levels_that_fit(n, budget):
 # ------------------------------------------------------------------ taped segments
 
 
-def test_taped_segments_exact_order(monkeypatch):
+def test_taped_segments_exact_order():
     # t1 traced: the step count is unknown, so segments of 4 ticks over the bound of 10.
     # The last segment, ticks [8, 9], is on the tape when the forward sweep ends; [4, 7]
     # and then [0, 3] are run again from their states, each tick once. Reversing a taped
     # tick evaluates nothing (the field is linear in y).
-    monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(4, ticks)))
-    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.Segments(length=4))
     log = euler_gradient_log(10, adjoint, traced_t1=True)
     np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
     np.testing.assert_allclose(log[10 + 1 :], [0.4, 0.5, 0.6, 0.7, 0.0, 0.1, 0.2, 0.3], atol=1e-12)
 
 
-def test_thinned_segments_exact_order(monkeypatch):
+def test_thinned_segments_exact_order():
     # Segments of 2 ticks, at most 2 states kept: before segments 0 and 1, then (the
     # stride doubling at segment 2) 0 and 2, then 0 and 4. The last segment, [8, 9], is
     # on the tape; each earlier one is run again from tick 0, bare up to its first tick,
     # then linearised.
-    monkeypatch.setattr(Segments, "fit", classmethod(lambda cls, ticks, *_: cls(2, ticks, 2)))
-    adjoint = ode.RecursiveCheckpointAdjoint(memory_budget=64)  # too small to tape
+    adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.Segments(length=2, starts=2))
     log = euler_gradient_log(10, adjoint, traced_t1=True)
     np.testing.assert_allclose(log[: 10 + 1], np.concatenate([[0.0], np.arange(10) / 10]))
     runs = [np.arange(end) / 10 for end in (8, 6, 4, 2)]

@@ -1,95 +1,84 @@
-"""What a checkpoint schedule is: where the forward sweep stores, and how the reverse
-sweep uses what it stored.
+"""What a checkpoint schedule is: a whole strategy for reversing a loop. It says what it
+keeps at each tick of the forward sweep, and runs the reverse sweep from what it kept.
 
-A schedule decides during the forward sweep which states (the carry *before* tick k) to
-store and in which slot (`store`), and owns the reverse sweep that reads them back
-(`reverse`). Its class variables tell the forward sweep (`_forward`) what to store beside
-or instead of the states.
+The forward sweep (`adjoints._forward`) knows no schedule: it runs the ticks in the
+order `_ticks` gives and asks the schedule to take each one (`step`, `emit`), starting
+from what `empty` returns. What a schedule keeps is a pair (`Kept`): a part selected per
+sample under `vmap` (a schedule's counters, the carry before the last tick) and a part
+written only through scratch rows (slots, a tape, a decision record).
+
+A schedule is written by the user without the loop's size (`Revolve(checkpoints=8)`) and
+sized for the loop by `sized` when the loop is differentiated.
 """
 
 import abc
-from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
-from equinox import AbstractVar
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+from jaxtyping import Array, Bool
 
-from .._loop import Buffers, Loop, Write
-from .._packing import Rows
-from .._sweep import Cotangents, SlotIndex, Sweep
+from .._loop import Write
+from .._sweep import Backward, Cotangents, Kept, Run, Tick
 
-# What `store` returns: whether to store, the slot, the slot table, the schedule's state.
-Stored = tuple[Bool[Array, ""], Int[Array, ""], SlotIndex | None, PyTree]
+
+class Sizing(eqx.Module):
+    """What sizing a schedule for a loop may read.
+
+    - `bound`: the most ticks the loop can take; `num_steps`: its exact number of steps
+      when known at trace time (else None); `max_emits`: the most emit ticks.
+    - `state`, `row`, `slot`: bytes of a stored state, of a tape row (a step's residuals
+      or a state, the larger), of an online slot (a state and residuals beside it).
+    - `budget`: bytes each solve may keep. `checkpoints`: the adjoint's count of states
+      of the step loop, or None (then sized by `budget`).
+    """
+
+    bound: int
+    num_steps: int | None
+    max_emits: int
+    state: int
+    row: int
+    slot: int
+    budget: int
+    checkpoints: int | None
+
+    @property
+    def offline(self) -> bool:
+        """Whether the number of steps is known and nothing is emitted between them."""
+        return self.num_steps is not None and self.max_emits == 0
+
+    def slots(self, checkpoints: int | None = None) -> int:
+        """States to keep: `checkpoints` (else the adjoint's) states of the step loop and
+        a slot per emit, or as many online slots as the budget holds."""
+        count = self.checkpoints if checkpoints is None else checkpoints
+        if count is None:
+            return max(2, self.budget // max(self.slot, 1))
+        return count + self.max_emits
 
 
 class AbstractSchedule(eqx.Module):
-    """A checkpoint schedule for a loop's reverse sweep.
-
-    - `slots`: rows of the forward sweep's store (states, or tape rows when taping).
-    - `tapes`: every tick's row is stored at the forward sweep (a step's residuals, the
-      carry before an emit), so that the reverse sweep never evaluates a step again.
-    - `segmented`: taping reuses one tape of `length` rows and keeps the state before
-      each segment (or, with `starts`, before every few, moved by `thin` as it runs).
-    - `keeps_residuals`: beside each stored state, the residuals of the step from it;
-      `in_order(state)` says whether they still serve.
-    - `skips_ahead`: the ticks that store are known ahead (`next_store`): the forward
-      sweep runs the others in a bare inner loop, up to the last of the `num_ticks`.
-    - `recomputes`: the reverse sweep runs ticks again, so step-size decisions are
-      recorded and replayed (`Loop.decision`).
-    """
-
-    if TYPE_CHECKING:
-        # For a type checker: `slots` is a field or a property; the other members are
-        # those of the schedules whose flags below ask for them (see above).
-        @property
-        def slots(self) -> int: ...
-        @property
-        def length(self) -> int: ...
-        @property
-        def num_ticks(self) -> int: ...
-        @property
-        def starts(self) -> int | None: ...
-        def thin(self, states: "Rows", old: Int[Array, ""], new: Int[Array, ""]) -> "Rows": ...
-        def in_order(self, state: PyTree) -> Bool[Array, ""]: ...
-        def next_store(self, k: Int[Array, ""], state: PyTree) -> Int[Array, ""]: ...
-    else:
-        slots: AbstractVar[int]
-    tapes: ClassVar[bool] = False
-    segmented: ClassVar[bool] = False
-    keeps_residuals: ClassVar[bool] = False
-    skips_ahead: ClassVar[bool] = False
-    recomputes: ClassVar[bool] = True
+    """A checkpoint schedule: what the forward sweep keeps, and the reverse sweep."""
 
     @abc.abstractmethod
-    def init(self) -> PyTree:
-        """The schedule's state at the start of the forward sweep."""
+    def sized(self, sizing: Sizing) -> "AbstractSchedule":
+        """This schedule sized for a loop (its fields left as None filled in)."""
 
     @abc.abstractmethod
-    def store(
-        self,
-        k: Int[Array, ""],
-        state: PyTree,
-        slot_index: SlotIndex | None,
-        active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
-        """Whether to store the state before tick k, its slot, the slot table (`slot_index[i]`:
-        the tick slot i holds, -1 if free) and the schedule's new state. Only an `active`
-        sample (see `lockstep_while`) stores."""
+    def empty(self, run: Run) -> Kept:
+        """What the forward sweep keeps before its first tick."""
 
     @abc.abstractmethod
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        """Take the step at `at` (one, or a run of steps known to keep nothing, then one),
+        keeping what the reverse sweep needs of it. Where not `active` (see `_ticks`),
+        nothing changes but scratch rows."""
+
+    @abc.abstractmethod
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        """Take the emit at `at`, keeping what the reverse sweep needs of it; also returns
+        the emit's writes."""
+
+    @abc.abstractmethod
+    def reverse(self, back: Backward) -> Cotangents:
         """The reverse sweep: cotangents of (the initial carry, the differentiated
-        parameters), from `start` = (those of the final carry, zero parameter cotangents)
-        and the output buffers' cotangents `ct_buffers`. `sweep`: what the forward sweep
-        stored (`Sweep`); `scratch`: a step tick's writes (to scratch rows)."""
+        parameters)."""

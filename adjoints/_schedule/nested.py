@@ -23,20 +23,21 @@ deeper levels of ceil(L_(i-1) / L_i), times |s|, plus L_d |r| for the tape.
 """
 
 import math
-from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from .._keeping import bare_step, emit_tick, skip_ahead
 from .._lockstep import tree_where
-from .._loop import Buffers, Loop, Write
-from .._packing import Packing, Rows
-from .._residuals import Layout, TapeRows, linearise, tape_rows
-from .._sweep import Cotangents, SlotIndex, Sweep, get_state, put_state
+from .._loop import Write
+from .._packing import Rows
+from .._residuals import linearise, tape_rows
+from .._sweep import Backward, Cotangents, Kept, Run, Tick, get_state, put_state
 from .._tick_vjp import accumulate
-from ._base import AbstractSchedule, Stored
+from ._base import AbstractSchedule, Sizing
+from .revolve import needs_offline
 
 # Deepest nesting tried: with three levels a chain of 1e9 ticks fits in about a thousand
 # states' worth of memory.
@@ -45,53 +46,67 @@ _MAX_LEVELS = 3
 
 class Nested(AbstractSchedule):
     """Segments of `lengths[i]` ticks at level i (decreasing) for a loop of exactly
-    `num_ticks` ticks; the last level's segments are taped."""
+    `num_ticks` ticks; the last level's segments are taped. `lengths` None: the fewest
+    levels that fit the adjoint's memory budget (else the least memory); a loop of known
+    length only."""
 
-    lengths: tuple[int, ...] = eqx.field(static=True)
-    num_ticks: int = eqx.field(static=True)
-    skips_ahead: ClassVar[bool] = True
+    lengths: tuple[int, ...] | None = eqx.field(static=True, default=None)
+    num_ticks: int | None = eqx.field(static=True, default=None)
+
+    def sized(self, sizing: Sizing) -> "Nested":
+        needs_offline(self, sizing)
+        n = sizing.num_steps
+        assert n is not None  # offline
+        if self.lengths is not None:
+            return Nested(self.lengths, n)
+        fitted = Nested.fit(n, sizing.state, sizing.row, sizing.budget)
+        return fitted or Nested.smallest(n, sizing.state, sizing.row)
+
+    def _sized(self) -> tuple[tuple[int, ...], int]:
+        assert self.lengths is not None and self.num_ticks is not None  # sized
+        return self.lengths, self.num_ticks
 
     @property
     def slots(self) -> int:
         """States the forward sweep keeps: one per outermost segment."""
-        return -(-self.num_ticks // self.lengths[0])
+        lengths, num_ticks = self._sized()
+        return -(-num_ticks // lengths[0])
 
     def level_slots(self, level: int) -> int:
         """States kept at a deeper `level` (>= 1): one per segment of its parent."""
-        return -(-self.lengths[level - 1] // self.lengths[level])
+        lengths = self._sized()[0]
+        return -(-lengths[level - 1] // lengths[level])
 
-    def init(self) -> Int[Array, ""]:
-        return jnp.zeros((), jnp.int32)
+    def empty(self, run: Run) -> Kept:
+        return None, run.packing.empty(self.slots + 1)
 
-    def next_store(self, k: Int[Array, ""], unused: PyTree) -> Int[Array, ""]:
-        """The first tick at or after k whose state the forward sweep keeps."""
-        length = self.lengths[0]
-        return (k + length - 1) // length * length
+    def _keep(self, run: Run, at: Tick, states: Rows, active: Bool[Array, ""]) -> Rows:
+        """Store the state before tick `at.k` if it starts an outermost segment."""
+        length = self._sized()[0][0]
+        store = (at.k % length == 0) & active
+        return put_state(
+            states, jnp.where(store, at.k // length, self.slots), at.carry, run.packing
+        )
 
-    def store(
-        self,
-        k: Int[Array, ""],
-        unused: PyTree,
-        slot_index: SlotIndex | None,
-        active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
-        length = self.lengths[0]
-        return k % length == 0, (k // length).astype(jnp.int32), slot_index, unused
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        """Bare steps up to the start of the next segment, then its first step."""
+        (length, *_), num_ticks = self._sized()
+        stop = jnp.minimum((at.k + length - 1) // length * length, num_ticks - 1)
+        at = skip_ahead(run, at, stop)
+        loop = run.loop
+        active = active & loop.cond(run.params, at.carry) & ~loop.pending(at.carry)
+        states = self._keep(run, at, kept[1], active)
+        return bare_step(run, at, active), (None, states)
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
-        rows = tape_rows(loop, params, diff, init)
-        return reverse_nested(loop, params, diff, sweep, start, self, Packing.of(init), rows)
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        states = self._keep(run, at, kept[1], active)
+        after, writes = emit_tick(run, at, active)
+        return after, writes, (None, states)
+
+    def reverse(self, back: Backward) -> Cotangents:
+        return _NestedReversal(back.run, self).reverse(back)
 
     @staticmethod
     def fit(num_ticks: int, state_bytes: int, row_bytes: int, budget: int) -> "Nested | None":
@@ -149,86 +164,104 @@ def _smallest(
 _State = tuple[PyTree, PyTree, tuple[Rows, ...]]
 
 
-def reverse_nested(
-    loop: Loop,
-    params: PyTree,
-    diff: PyTree[bool],
-    sweep: Sweep,
-    start: Cotangents,
-    schedule: Nested,
-    packing: Packing,
-    rows: tuple[Layout, TapeRows],
-) -> Cotangents:
+class _NestedReversal(eqx.Module):
     """Reverse a loop of steps only (no emits) by `Nested` segments: the forward sweep
     kept the state before each outermost segment; each segment, last first, is run again
     keeping the states before its own segments, down to the innermost, which is run once
-    linearising its steps onto a tape of `rows` (layout, `TapeRows`) and reversed by the
-    taped pullbacks. Every loop bound is known when traced, so under `vmap` no loop is
-    batched; ticks at or after the sample's own count (a solve that stopped early) do
-    not reach the cotangents. `start` and the result as for `reverse_tape`."""
-    lengths = schedule.lengths
-    layout, taped_rows = rows
-    params_f = eqx.partition(params, diff)[0]
-    n = sweep.n
+    linearising its steps onto a tape and reversed by the taped pullbacks. Every loop
+    bound is known when traced, so under `vmap` no loop is batched; ticks at or after the
+    sample's own count (a solve that stopped early) do not reach the cotangents."""
 
-    def bare(carry: PyTree, count: Int[ArrayLike, ""]) -> PyTree:
+    run: Run
+    schedule: Nested
+
+    def reverse(self, back: Backward) -> Cotangents:
+        lengths, num_ticks = self.schedule._sized()
+        run = self.run
+        ct_final, ct_params = back.start
+        levels = range(1, len(lengths))
+        deeper = tuple(run.packing.empty(self.schedule.level_slots(i)) for i in levels)
+        taped_rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
+        store = (back.sweep.kept[1], *deeper, taped_rows.empty(lengths[-1]))
+        state = (ct_final, ct_params, store)
+        count = jnp.int32(num_ticks)
+        ct_init, ct_params, _ = self.span(0, jnp.int32(0), count, None, state, back.sweep.n)
+        return ct_init, ct_params
+
+    def bare(self, carry: PyTree, count: Int[ArrayLike, ""]) -> PyTree:
+        loop, params = self.run.loop, self.run.params
         return lax.fori_loop(0, count, lambda i, c: loop.body(params, c), carry)
 
-    def leaf(first: Int[Array, ""], count: Int[Array, ""], carry: PyTree, state: _State) -> _State:
+    def leaf(
+        self,
+        first: Int[Array, ""],
+        count: Int[Array, ""],
+        carry: PyTree,
+        state: _State,
+        n: Int[Array, ""],
+    ) -> _State:
+        """Tape the steps of an innermost segment, then apply their pullbacks, last first."""
+        run = self.run
+        layout, taped_rows = tape_rows(run.loop, run.params, run.diff, run.init)
+        params_f = eqx.partition(run.params, run.diff)[0]
         ct, ct_params, store = state
-        tape = store[-1]
 
         def linearised(i: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
             carry, tape = s
-            new, pullback = linearise(loop, params, diff, carry)
-            return new, taped_rows.put_residuals(tape, i, layout.taped(pullback))
+            new, linearisation = linearise(run.loop, run.params, run.diff, carry)
+            return new, taped_rows.put_residuals(tape, i, layout.taped(linearisation))
 
-        _, tape = lax.fori_loop(0, count, linearised, (carry, tape))
+        _, tape = lax.fori_loop(0, count, linearised, (carry, store[-1]))
 
         def pull(i: Int[Array, ""], s: Cotangents) -> Cotangents:
             ct, ct_params = s
             row = count - 1 - i
-            residuals = taped_rows.residuals(tape, row)
             taken = first + row < n
-            dp, dc = layout.vjp(residuals, params)(ct)
-            ct_params = accumulate(taken, ct_params, dp, params_f)
-            ct = tree_where(taken, dc, ct)
-            return ct, ct_params
+            dp, dc = layout.vjp(taped_rows.residuals(tape, row), run.params)(ct)
+            return tree_where(taken, dc, ct), accumulate(taken, ct_params, dp, params_f)
 
         ct, ct_params = lax.fori_loop(0, count, pull, (ct, ct_params))
         return ct, ct_params, (*store[:-1], tape)
 
+    def keep_starts(
+        self, level: int, segments: Int[Array, ""], carry: PyTree, state: _State
+    ) -> _State:
+        """Keep the state before each segment of `level`, advancing between them."""
+        length = self.schedule._sized()[0][level]
+        packing = self.run.packing
+
+        def keep(j: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
+            carry, states = s
+            states = put_state(states, j, carry, packing)
+            return self.bare(carry, jnp.where(j < segments - 1, length, 0)), states
+
+        ct, ct_params, store = state
+        _, states = lax.fori_loop(0, segments, keep, (carry, store[level]))
+        return ct, ct_params, (*store[:level], states, *store[level + 1 :])
+
     def span(
-        level: int, first: Int[Array, ""], count: Int[Array, ""], carry: PyTree, state: _State
+        self,
+        level: int,
+        first: Int[Array, ""],
+        count: Int[Array, ""],
+        carry: PyTree,
+        state: _State,
+        n: Int[Array, ""],
     ) -> _State:
         """Reverse ticks [first, first + count) from the carry before `first` (at the
         outermost level the forward sweep's states serve instead)."""
+        lengths = self.schedule._sized()[0]
         if level == len(lengths):
-            return leaf(first, count, carry, state)
+            return self.leaf(first, count, carry, state, n)
         length = lengths[level]
         segments = (count + length - 1) // length
-        if level > 0:  # keep the state before each segment, advancing between them
-
-            def keep(j: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
-                carry, states = s
-                states = put_state(states, j, carry, packing)
-                return bare(carry, jnp.where(j < segments - 1, length, 0)), states
-
-            ct, ct_params, store = state
-            _, states = lax.fori_loop(0, segments, keep, (carry, store[level]))
-            state = (ct, ct_params, (*store[:level], states, *store[level + 1 :]))
+        if level > 0:
+            state = self.keep_starts(level, segments, carry, state)
 
         def segment(i: Int[Array, ""], state: _State) -> _State:
             j = segments - 1 - i
-            begin = get_state(state[2][level], j, packing)
+            begin = get_state(state[2][level], j, self.run.packing)
             size = jnp.minimum(length, count - j * length)
-            return span(level + 1, first + j * length, size, begin, state)
+            return self.span(level + 1, first + j * length, size, begin, state, n)
 
         return lax.fori_loop(0, segments, segment, state)
-
-    ct_final, ct_params = start
-    deeper = tuple(packing.empty(schedule.level_slots(i)) for i in range(1, len(lengths)))
-    store = (sweep.slots, *deeper, taped_rows.empty(lengths[-1]))
-    count = jnp.int32(schedule.num_ticks)
-    ct_init, ct_params, _ = span(0, jnp.int32(0), count, None, (ct_final, ct_params, store))
-    return ct_init, ct_params

@@ -11,21 +11,20 @@ reverses each gap with the slots then free, by the binomial rule of `revolve`. M
 fixed; recomputation grows like the binomial schedule's for the gap length.
 """
 
-from typing import ClassVar
-
 import equinox as eqx
 import equinox.internal as eqxi
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Int
 
-from .._loop import Buffers, Loop, Write
-from .._packing import Packing
+from .._keeping import emit_tick, taped_step
+from .._loop import Write
 from .._residuals import tape_rows
 from .._reverse_recompute import reverse_recompute
 from .._reverse_tape import reverse_tape
-from .._sweep import Cotangents, SlotIndex, Sweep
-from ._base import AbstractSchedule, Stored
+from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
+from ._base import AbstractSchedule, Sizing
+from ._slots import empty_slots, keep_before, record_after
 
 # (stride, free slots)
 _State = tuple[Int[Array, ""], Int[Array, ""]]
@@ -33,14 +32,20 @@ _State = tuple[Int[Array, ""], Int[Array, ""]]
 
 class Online(AbstractSchedule):
     """Keep at most `slots` (>= 2) states of a loop of unknown length, each with the
-    residuals of the step from it."""
+    residuals of the step from it, thinned as the loop runs. `checkpoints`: states of the
+    step loop, a slot per emit added (None: as the adjoint says, else as many as its
+    budget holds)."""
 
-    slots: int = eqx.field(static=True)
-    keeps_residuals: ClassVar[bool] = True
+    slots: int | None = eqx.field(static=True, default=None)
+    checkpoints: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
-        if self.slots < 2:
+        if self.slots is not None and self.slots < 2:
             raise ValueError(f"Online(slots={self.slots}): online checkpointing needs >= 2.")
+
+    def sized(self, sizing: Sizing) -> "Online":
+        slots = self.slots or sizing.slots(self.checkpoints)
+        return Online(min(slots, sizing.bound))
 
     def init(self) -> _State:
         # (stride, free slots): a count, so that a tick needs no reduction over the table.
@@ -55,9 +60,9 @@ class Online(AbstractSchedule):
         self,
         k: Int[Array, ""],
         state: _State,
-        slot_index: SlotIndex | None,
+        slot_index: SlotIndex,
         active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
+    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, _State]:
         """Whether to store the state before tick k, its slot, the slot table after any
         thinning (the caller writes k into the slot) and the new state. `slot_index[i]`
         is the tick whose state slot i holds, -1 if free. Only an `active` sample (see
@@ -66,7 +71,6 @@ class Online(AbstractSchedule):
         Per tick this is scalar work: the table is rewritten only when some sample thins
         (a `cond` on any, which under `vmap` stays a branch), and searched for a free slot
         only once some sample has thinned (before that, slot k is the free one)."""
-        assert slot_index is not None  # the forward sweep keeps a table for online slots
         table = slot_index
         stride, free = state
         thin = active & (k % stride == 0) & (free == 0)
@@ -85,26 +89,39 @@ class Online(AbstractSchedule):
         slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
         return due, slot, table, (stride, free - due.astype(jnp.int32))
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
+    def empty(self, run: Run) -> Kept:
+        assert self.slots is not None  # sized
+        rows = tape_rows(run.loop, run.params, run.diff, run.init, combined=True)[1]
+        return empty_slots(run, rows.empty(self.slots + 1), self.init())
+
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        """Store the state (per `store`), then step, beside it the step's residuals while
+        they serve: while the slots hold every tick in order."""
+        kept, row = keep_before(self.store, run, at, kept, active)
+        (state, last), (slots, table, decisions) = kept
+        rows = tape_rows(run.loop, run.params, run.diff, run.init, combined=True)
+        after, slots = taped_step(run, rows, at, slots, row, active, self.in_order(state))
+        kept = (state, last), (slots, table, decisions)
+        return after, record_after(run, kept, at, after, active)
+
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        kept, _ = keep_before(self.store, run, at, kept, active)
+        after, writes = emit_tick(run, at, active)
+        return after, writes, record_after(run, kept, at, after, active)
+
+    def reverse(self, back: Backward) -> Cotangents:
         # Until its slots fill up, online checkpointing has stored every state in order
         # (slot k holds tick k): then the sweep is a tape, reversed without recomputation.
         # The two sweeps run one after the other, one of them for zero ticks, rather than
         # in the branches of a `cond`: a branch that writes to the slots would copy them.
-        as_tape = eqxi.unvmap_all(sweep.n <= self.slots)
-        rows = tape_rows(loop, params, diff, init, combined=True)
-        span = (jnp.int32(0), jnp.where(as_tape, sweep.n - 1, -1))
-        taped = (loop, params, diff, sweep.slots)
-        start, ct_buffers = reverse_tape(*taped, span, start, ct_buffers, rows, batched)
-        rest = (scratch, Packing.of(init), batched, ~as_tape)
-        return reverse_recompute(loop, params, diff, sweep, start, ct_buffers, *rest)[0]
+        run, n = back.run, back.sweep.n
+        assert self.slots is not None  # sized
+        as_tape = eqxi.unvmap_all(n <= self.slots)
+        rows = tape_rows(run.loop, run.params, run.diff, run.init, combined=True)
+        span = (jnp.int32(0), jnp.where(as_tape, n - 1, -1))
+        slots = back.sweep.kept[1][0]
+        start, ct_buffers = reverse_tape(run, slots, rows, span, back.start, back.ct_buffers)
+        back = Backward(run, back.sweep, start, ct_buffers, back.scratch)
+        return reverse_recompute(back, ~as_tape)[0]

@@ -2,18 +2,17 @@
 the forward sweep stores the states revolve's rule picks, the reverse sweep recomputes from
 them, placing further states by the same rule."""
 
-from typing import ClassVar
-
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._binomial import next_checkpoint
-from .._loop import Buffers, Loop, Write
-from .._packing import Packing
+from .._keeping import bare_step, emit_tick, skip_ahead
+from .._loop import Write
 from .._reverse_recompute import reverse_recompute
-from .._sweep import Cotangents, SlotIndex, Sweep
-from ._base import AbstractSchedule, Stored
+from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
+from ._base import AbstractSchedule, Sizing
+from ._slots import empty_slots, keep_before, record_after
 
 
 def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
@@ -29,22 +28,42 @@ def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
     return tuple(positions)
 
 
-class Revolve(AbstractSchedule):
-    """Binomial checkpointing for a loop of exactly `num_ticks` ticks, in `slots` slots."""
+def needs_offline(schedule: AbstractSchedule, sizing: Sizing) -> None:
+    """Refuse a loop whose number of steps is not known ahead."""
+    if not sizing.offline:
+        raise ValueError(
+            f"schedule={type(schedule).__name__}(...) needs a number of steps known when "
+            "traced and no output between steps (ConstantStepSize or StepTo with concrete "
+            "times, SaveAt(t1=True) only). Use Online() or Segments()."
+        )
 
-    slots: int = eqx.field(static=True)
-    num_ticks: int = eqx.field(static=True)
-    skips_ahead: ClassVar[bool] = True
+
+class Revolve(AbstractSchedule):
+    """Binomial checkpointing for a loop of exactly `num_ticks` ticks, in `slots` slots.
+    `checkpoints`: the states to keep (None: as the adjoint says, else as many as its
+    budget holds); a loop of known length only."""
+
+    slots: int | None = eqx.field(static=True, default=None)
+    num_ticks: int | None = eqx.field(static=True, default=None)
+    checkpoints: int | None = eqx.field(static=True, default=None)
+
+    def sized(self, sizing: Sizing) -> "Revolve":
+        needs_offline(self, sizing)
+        assert sizing.num_steps is not None  # offline
+        slots = self.slots or sizing.slots(self.checkpoints)
+        return Revolve(min(slots, sizing.num_steps), sizing.num_steps)
 
     def init(self) -> Int[Array, ""]:
         return jnp.zeros((), jnp.int32)  # how many sweep positions are stored
 
     def _positions(self) -> Int[Array, " positions"]:
+        assert self.slots is not None and self.num_ticks is not None  # sized
         return jnp.asarray(sweep_positions(self.num_ticks, self.slots) + (-1,), jnp.int32)
 
     def next_store(self, k: Int[Array, ""], pointer: Int[Array, ""]) -> Int[Array, ""]:
         """The first tick at or after k whose state `store` keeps (past the last position:
         never, as a tick beyond the loop)."""
+        assert self.num_ticks is not None  # sized
         positions = self._positions()
         position = positions[jnp.minimum(pointer, positions.shape[0] - 1)]
         return jnp.where(position < 0, self.num_ticks + 1, jnp.maximum(position, k))
@@ -53,26 +72,37 @@ class Revolve(AbstractSchedule):
         self,
         k: Int[Array, ""],
         pointer: Int[Array, ""],
-        slot_index: SlotIndex | None,
+        slot_index: SlotIndex,
         active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
+    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, PyTree]:
         """Whether to store the state before tick k, its slot, and the new schedule
         state and slot table (`active` is the caller's to apply: the table is unchanged)."""
         positions = self._positions()
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
         return store, pointer, slot_index, pointer + store.astype(jnp.int32)
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
-        rest = (scratch, Packing.of(init), batched)
-        return reverse_recompute(loop, params, diff, sweep, start, ct_buffers, *rest)[0]
+    def empty(self, run: Run) -> Kept:
+        assert self.slots is not None  # sized
+        return empty_slots(run, run.packing.empty(self.slots + 1), self.init())
+
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        """Bare steps up to the next tick that stores (and before the last tick, whose
+        state is kept as the last), then that tick."""
+        assert self.num_ticks is not None  # sized
+        stop = jnp.minimum(self.next_store(at.k, kept[0][0]), self.num_ticks - 1)
+        at = skip_ahead(run, at, stop)
+        loop = run.loop
+        active = active & loop.cond(run.params, at.carry) & ~loop.pending(at.carry)
+        kept, _ = keep_before(self.store, run, at, kept, active)
+        after = bare_step(run, at, active)
+        return after, record_after(run, kept, at, after, active)
+
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        kept, _ = keep_before(self.store, run, at, kept, active)
+        after, writes = emit_tick(run, at, active)
+        return after, writes, record_after(run, kept, at, after, active)
+
+    def reverse(self, back: Backward) -> Cotangents:
+        return reverse_recompute(back)[0]

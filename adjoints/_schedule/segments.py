@@ -28,22 +28,33 @@ Memory, with |s| bytes per state and |r| per tape row: (length + 1) |r| + (S + 1
 """
 
 import math
-from typing import ClassVar, cast
 
 import equinox as eqx
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
 from jax import lax
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+from jaxtyping import Array, Bool, Int, PyTree
 
+from .._keeping import emit_tick, taped_step
 from .._lockstep import if_any, lockstep_while, tree_where
-from .._loop import Buffers, Loop, Write
-from .._packing import Packing, Rows
+from .._loop import Buffers, Write
+from .._packing import Rows
 from .._residuals import Layout, TapeRows, linearise, tape_rows
 from .._reverse_tape import reverse_tape
-from .._sweep import Cotangents, SlotIndex, Sweep, get_state, replay_decision
-from ._base import AbstractSchedule, Stored
+from .._sweep import (
+    Backward,
+    Cotangents,
+    Kept,
+    Run,
+    Tick,
+    decision_tape,
+    get_state,
+    put_state,
+    record_decision,
+    replay_decision,
+)
+from .._ticks import Ticks, run_ticks
+from ._base import AbstractSchedule, Sizing
 
 # States kept before segments when the bound has more segments than this: enough that a
 # solve of up to `length x MOST_STARTS` ticks re-tapes each tick at most once.
@@ -53,26 +64,40 @@ MOST_STARTS = 8
 # cotangent, output buffers').
 _Small = tuple[Int[Array, ""], PyTree]
 _Large = tuple[Rows, PyTree, Buffers]
+# Re-taping: (tick, carry).
+_Tick = tuple[Int[Array, ""], PyTree]
 
 
 class Segments(AbstractSchedule):
     """A tape of `length` rows reused by each segment of `length` ticks, and the state
     before each segment: before every segment of the bound (`starts` None), or before
-    every `stride`-th, in `starts` slots thinned as the loop runs (see above)."""
+    every `stride`-th, in `starts` slots thinned as the loop runs (see above). `length`
+    None: the longest segments that fit the adjoint's memory budget (or its
+    `checkpoints`)."""
 
-    length: int = eqx.field(static=True)
-    num_ticks: int = eqx.field(static=True)
+    length: int | None = eqx.field(static=True, default=None)
+    num_ticks: int | None = eqx.field(static=True, default=None)
     starts: int | None = eqx.field(static=True, default=None)
-    tapes: ClassVar[bool] = True
-    segmented: ClassVar[bool] = True
 
     def __check_init__(self) -> None:
         if self.starts is not None and self.starts < 2:
             raise ValueError(f"Segments(starts={self.starts}): keep at least 2 states.")
 
+    def sized(self, sizing: Sizing) -> "Segments":
+        bound = sizing.bound
+        length = self.length if self.length is not None else sizing.checkpoints
+        if length is not None:
+            return Segments(max(2, min(length, bound - 1)), bound, self.starts)
+        return Segments.fit(bound, sizing.state, sizing.row, sizing.budget) or Segments(2, bound)
+
+    def _sized(self) -> tuple[int, int]:
+        assert self.length is not None and self.num_ticks is not None  # sized
+        return self.length, self.num_ticks
+
     @property
     def slots(self) -> int:
         """States the forward sweep keeps: one per segment of the bound, or `starts`."""
+        assert self.length is not None and self.num_ticks is not None  # sized
         per_segment = -(-self.num_ticks // self.length)
         return per_segment if self.starts is None else min(self.starts, per_segment)
 
@@ -81,21 +106,54 @@ class Segments(AbstractSchedule):
         return jnp.ones((), jnp.int32)
 
     def store(
-        self,
-        k: Int[Array, ""],
-        state: PyTree,
-        slot_index: SlotIndex | None,
-        active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
+        self, k: Int[Array, ""], stride: Int[Array, ""], active: Bool[Array, ""]
+    ) -> tuple[Bool[Array, ""], Int[Array, ""], Int[Array, ""]]:
         """Whether the state before tick k is kept (k starts a kept segment), its slot
-        and the new stride (doubled where the slots are full: the caller moves the kept
-        states with `thin`). The tape rows are written by the forward sweep."""
-        stride = jnp.asarray(state, jnp.int32)
-        segment = (k // self.length).astype(jnp.int32)
-        starts = k % self.length == 0
+        and the new stride (doubled where the slots are full: `thin` moves the kept
+        states)."""
+        length = self._sized()[0]
+        segment = (k // length).astype(jnp.int32)
+        starts = k % length == 0
         stride = jnp.where(active & starts & (segment // stride >= self.slots), 2 * stride, stride)
         kept = starts & (segment % stride == 0)
-        return kept, segment // stride, slot_index, stride
+        return kept, segment // stride, stride
+
+    def _keep_start(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> Kept:
+        """Store the carry before tick `at.k` if it starts a kept segment, the kept
+        states moved first where the stride doubles."""
+        stride, (tape, states, decisions) = kept
+        store, slot, new_stride = self.store(at.k, stride, active)
+        if self.starts is not None:  # thinned as the loop runs
+            states = self.thin(states, stride, new_stride)
+        row = jnp.where(store & active, slot, self.slots)
+        states = put_state(states, row, at.carry, run.packing)
+        return tree_where(active, new_stride, stride), (tape, states, decisions)
+
+    def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
+        length = self._sized()[0]
+        return jnp.where(active, at.k % length, length)
+
+    def empty(self, run: Run) -> Kept:
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
+        tape = rows.empty(self._sized()[0] + 1)
+        return self.init(), (tape, run.packing.empty(self.slots + 1), decision_tape(run))
+
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)
+        after, tape = taped_step(run, rows, at, tape, self._row(at, active), active)
+        decisions = record_decision(run.loop, decisions, at.k, after.carry, active)
+        return after, (stride, (tape, states, decisions))
+
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
+        tape = rows.put_carry(tape, self._row(at, active), at.carry)
+        after, writes = emit_tick(run, at, active)
+        decisions = record_decision(run.loop, decisions, at.k, after.carry, active)
+        return after, writes, (stride, (tape, states, decisions))
 
     def thin(self, states: Rows, old: Int[Array, ""], new: Int[Array, ""]) -> Rows:
         """The kept states after the stride doubled from `old` to `new` where it did:
@@ -109,27 +167,13 @@ class Segments(AbstractSchedule):
         """The stride after a forward sweep of n ticks (as `store` doubled it)."""
         if self.starts is None:
             return jnp.ones((), jnp.int32)
-        last = jnp.maximum(n - 1, 0) // self.length
+        last = jnp.maximum(n - 1, 0) // self._sized()[0]
         return lax.while_loop(
             lambda s: last // s >= self.slots, lambda s: 2 * s, jnp.ones((), jnp.int32)
         )
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
-        rows = tape_rows(loop, params, diff, init)
-        packing = Packing.of(init)
-        fixed = (loop, params, diff, sweep, start, ct_buffers)
-        return reverse_segments(*fixed, rows, self, packing, batched)[0]
+    def reverse(self, back: Backward) -> Cotangents:
+        return _SegmentReversal(back.run, self, back.sweep.n, back.sweep.kept[1]).reverse(back)
 
     @staticmethod
     def memory(length: int, num_ticks: int, state_bytes: int, row_bytes: int) -> int:
@@ -164,88 +208,106 @@ class Segments(AbstractSchedule):
         return cls(length, num_ticks) if length >= 2 else None
 
 
-def reverse_segments(
-    loop: Loop,
-    params: PyTree,
-    diff: PyTree[bool],
-    sweep: Sweep,
-    start: Cotangents,
-    ct_buffers: Buffers,
-    rows: tuple[Layout, TapeRows],
-    schedule: Segments,
-    packing: Packing,
-    batched: bool,
-) -> tuple[Cotangents, Buffers]:
+class _SegmentReversal(eqx.Module):
     """Reverse by `Segments`: the forward sweep left the last segment of each sample on
     the tape and the state before every kept segment. Segments are taken last to first;
     each but the last is first run again from the latest kept state before it (bare up
     to the segment, when thinning released the state before it), taping its ticks (with
     the first sweep's step-size decisions replayed), then every segment is reversed by
     `reverse_tape`. Under `vmap` a sample's segments are its own (samples end at
-    different ticks); the loops run in lockstep. `start` and the result as for
-    `reverse_tape`."""
-    length, (layout, taped_rows) = schedule.length, rows
-    n, decisions = sweep.n, sweep.decisions
-    states = cast(Rows, sweep.slot_index)  # segmented: the state before each kept segment
-    stride = schedule.final_stride(n)
+    different ticks); the loops run in lockstep."""
 
-    def retape(tape: Rows, first: Int[Array, ""], end: Int[Array, ""]) -> Rows:
-        """Ticks [first, end) again from the latest kept state before `first`, taped at
-        rows from 0 as the forward sweep taped them: an emit's carry, a step's
-        residuals. Ticks before `first` (from a kept state further back) run bare."""
+    run: Run
+    schedule: Segments
+    n: Int[Array, ""]
+    kept: tuple[Rows, Rows, PyTree]  # (tape, states before segments, decisions)
 
-        def tick(
-            small: tuple[Int[Array, ""], PyTree], tape: Rows, active: Bool[Array, ""]
-        ) -> tuple[tuple[Int[Array, ""], PyTree], Rows]:
-            k, carry = small
-            emitting = loop.pending(carry)
-            taping = active & (k >= first)
-            row = lambda on: jnp.where(on, k - first, length)
-            tape = taped_rows.put_carry(tape, row(taping & emitting), carry)
+    def rows(self) -> tuple[Layout, TapeRows]:
+        run = self.run
+        return tape_rows(run.loop, run.params, run.diff, run.init)
 
-            def step() -> tuple[PyTree, tuple[Array, ...]]:
-                new, pullback = linearise(loop, params, diff, carry)
-                return new, layout.taped(pullback)
+    def reverse(self, back: Backward) -> Cotangents:
+        length, n = self.schedule._sized()[0], self.n
+        ct_final, ct_params = back.start
+        last_first = jnp.maximum(n - 1, 0) // length * length
+        first = jnp.where(n > 0, last_first, -length)
+        small, large = lockstep_while(
+            lambda s, b: s[0] >= 0,
+            self.segment,
+            (first, ct_final),
+            (self.kept[0], ct_params, back.ct_buffers),
+            self.run.batched,
+        )
+        return small[1], large[1]
 
-            skip = lambda: (carry, taped_rows.zero_residuals())
-            plain = lambda: (loop.body(params, carry), taped_rows.zero_residuals())
-            # Bare ticks happen only after thinning: otherwise no second step to compile.
-            thinned = schedule.starts is not None
-            bare = (lambda: if_any(active & ~emitting, plain, skip)) if thinned else skip
-            stepped, taped = if_any(taping & ~emitting, step, bare)
-            tape = taped_rows.put_residuals(tape, row(taping & ~emitting), taped)
-            emitted, _ = loop.emit(params, carry)  # its writes were made by the first sweep
-            new = jtu.tree_map(lambda e, s: jnp.where(emitting, e, s), emitted, stepped)
-            new = replay_decision(loop, decisions, k, new)
-            return (k + 1, new), tape
-
-        kept = first // length // stride
-        carry = get_state(states, kept, packing)
-        # Nothing to run (the last segment, a finished sample): start at the end.
-        small = (jnp.where(end > first, kept * stride * length, end), carry)
-        return lockstep_while(lambda s, t: s[0] < end, tick, small, tape, batched)[1]
-
-    def segment(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
+    def segment(
+        self, small: _Small, large: _Large, active: Bool[Array, ""]
+    ) -> tuple[_Small, _Large]:
+        """Reverse the segment from tick `first`, re-taping it first unless it is the
+        last (on the tape already); a finished sample runs nothing."""
+        length, n = self.schedule._sized()[0], self.n
         first, ct_carry = small
         tape, ct_params, ct_bufs = large
         end = jnp.minimum(first + length, n)
-        # The last segment is on the tape already; a finished sample runs nothing.
-        tape = retape(tape, first, jnp.where(active & (end < n), end, first))
+        tape = self.retape(tape, first, jnp.where(active & (end < n), end, first))
         span = (first, jnp.where(active, end - 1, first - 1))
-        start = (ct_carry, ct_params)
         (ct_carry, ct_params), ct_bufs = reverse_tape(
-            loop, params, diff, tape, span, start, ct_bufs, rows, batched
+            self.run, tape, self.rows(), span, (ct_carry, ct_params), ct_bufs
         )
         return (first - length, ct_carry), (tape, ct_params, ct_bufs)
 
-    ct_final, ct_params = start
-    last_first = jnp.maximum(n - 1, 0) // length * length
-    first = jnp.where(n > 0, last_first, -length)
-    small, large = lockstep_while(
-        lambda s, b: s[0] >= 0,
-        segment,
-        (first, ct_final),
-        (sweep.slots, ct_params, ct_buffers),
-        batched,
-    )
-    return (small[1], large[1]), large[2]
+    def retape(self, tape: Rows, first: Int[Array, ""], end: Int[Array, ""]) -> Rows:
+        """Ticks [first, end) again from the latest kept state before `first`, taped at
+        rows from 0 as the forward sweep taped them: an emit's carry, a step's
+        residuals. Ticks before `first` (from a kept state further back) run bare."""
+        length = self.schedule._sized()[0]
+        stride = self.schedule.final_stride(self.n)
+        kept = first // length // stride
+        carry = get_state(self.kept[1], kept, self.run.packing)
+        # Nothing to run (the last segment, a finished sample): start at the end.
+        small = (jnp.where(end > first, kept * stride * length, end), carry)
+        going = lambda s: s[0] < end
+        ticks = Ticks(
+            going=going,
+            pending=lambda s: going(s) & self.run.loop.pending(s[1]),
+            step=lambda s, t, a: self.retape_step(first, s, t, a),
+            emit=lambda s, t, a: self.retape_emit(first, s, t, a),
+        )
+        return run_ticks(ticks, small, tape, (), self.run.batched)[1]
+
+    def retape_emit(
+        self,
+        first: Int[Array, ""],
+        small: _Tick,
+        large: tuple[Rows, tuple[()]],
+        active: Bool[Array, ""],
+    ) -> tuple[_Tick, tuple[Rows, tuple[()]]]:
+        k, carry = small
+        loop, length = self.run.loop, self.schedule._sized()[0]
+        row = jnp.where(active & (k >= first), k - first, length)
+        tape = self.rows()[1].put_carry(large[0], row, carry)
+        new, _ = loop.emit(self.run.params, carry)  # its writes were made by the first sweep
+        new = replay_decision(loop, self.kept[2], k, new)
+        return (k + active.astype(jnp.int32), tree_where(active, new, carry)), (tape, ())
+
+    def retape_step(
+        self, first: Int[Array, ""], small: _Tick, tape: Rows, active: Bool[Array, ""]
+    ) -> tuple[_Tick, Rows]:
+        k, carry = small
+        run, length = self.run, self.schedule._sized()[0]
+        layout, taped_rows = self.rows()
+        taping = active & (k >= first)
+
+        def linearised() -> tuple[PyTree, tuple[Array, ...]]:
+            new, linearisation = linearise(run.loop, run.params, run.diff, carry)
+            return new, layout.taped(linearisation)
+
+        skip = lambda: (carry, taped_rows.zero_residuals())
+        plain = lambda: (run.loop.body(run.params, carry), taped_rows.zero_residuals())
+        # Bare ticks happen only after thinning: otherwise no second step to compile.
+        thinned = self.schedule.starts is not None
+        bare = (lambda: if_any(active, plain, skip)) if thinned else skip
+        new, taped = if_any(taping, linearised, bare)
+        tape = taped_rows.put_residuals(tape, jnp.where(taping, k - first, length), taped)
+        new = replay_decision(run.loop, self.kept[2], k, new)
+        return (k + active.astype(jnp.int32), tree_where(active, new, carry)), tape

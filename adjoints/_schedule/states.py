@@ -10,53 +10,58 @@ forwards, and each tick's VJP (the step linearised again from its state, as Diff
 reverse sweep does) costs the same however the field is written.
 """
 
-from typing import ClassVar
-
 import equinox as eqx
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+from jaxtyping import Array, Bool
 
-from .._loop import Buffers, Loop, Write
-from .._packing import Packing
+from .._keeping import bare_step, emit_tick
+from .._loop import Write
 from .._reverse_recompute import reverse_recompute
-from .._sweep import Cotangents, SlotIndex, Sweep
-from ._base import AbstractSchedule, Stored
+from .._sweep import Backward, Cotangents, Kept, Run, Tick
+from ._base import AbstractSchedule, Sizing
+from ._slots import empty_slots, keep_before, record_after
 from .online import Online
 
 
 class States(AbstractSchedule):
     """Keep at most `slots` (>= 2) bare states of a loop of unknown length, placed and
-    thinned as `Online` places them."""
+    thinned as `Online` places them. `checkpoints`: states of the step loop, a slot per
+    emit added (None: as the adjoint says, else as many as its budget holds)."""
 
-    slots: int = eqx.field(static=True)
-    keeps_residuals: ClassVar[bool] = False
+    slots: int | None = eqx.field(static=True, default=None)
+    checkpoints: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
-        if self.slots < 2:
+        if self.slots is not None and self.slots < 2:
             raise ValueError(f"States(slots={self.slots}): keep at least 2 states.")
 
-    def init(self) -> PyTree:
-        return Online(self.slots).init()
+    def sized(self, sizing: Sizing) -> "States":
+        if self.slots is not None:
+            return States(min(self.slots, sizing.bound))
+        if self.checkpoints is None and sizing.checkpoints is None:
+            bare = sizing.budget // max(sizing.state, 1)
+        else:
+            bare = sizing.slots(self.checkpoints)
+        return States(max(2, min(bare, sizing.bound)))
 
-    def store(
-        self,
-        k: Int[Array, ""],
-        state: PyTree,
-        slot_index: SlotIndex | None,
-        active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
-        return Online(self.slots).store(k, state, slot_index, active)
+    def _online(self) -> Online:
+        assert self.slots is not None  # sized
+        return Online(self.slots)
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
-        rest = (scratch, Packing.of(init), batched)
-        return reverse_recompute(loop, params, diff, sweep, start, ct_buffers, *rest)[0]
+    def empty(self, run: Run) -> Kept:
+        assert self.slots is not None  # sized
+        return empty_slots(run, run.packing.empty(self.slots + 1), self._online().init())
+
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        kept, _ = keep_before(self._online().store, run, at, kept, active)
+        after = bare_step(run, at, active)
+        return after, record_after(run, kept, at, after, active)
+
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        kept, _ = keep_before(self._online().store, run, at, kept, active)
+        after, writes = emit_tick(run, at, active)
+        return after, writes, record_after(run, kept, at, after, active)
+
+    def reverse(self, back: Backward) -> Cotangents:
+        return reverse_recompute(back)[0]

@@ -1,52 +1,53 @@
-"""Taping: keep the state before every tick, so the reverse sweep recomputes nothing but
-the vector-Jacobian product of each tick (one forward evaluation inside it). Memory grows
-linearly with the loop's bound; the default adjoint uses this when it fits its budget."""
-
-from typing import ClassVar
+"""Taping: keep every tick's row, so the reverse sweep recomputes nothing: a step's row
+holds its residuals (its VJP is their pullback, no evaluation of the step), an emit's the
+carry before it. Memory grows linearly with the loop's bound; the default adjoint uses
+this when it fits its budget."""
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+from jaxtyping import Array, Bool
 
-from .._loop import Buffers, Loop, Write
+from .._keeping import emit_tick, taped_step
+from .._loop import Write
 from .._residuals import tape_rows
 from .._reverse_tape import reverse_tape
-from .._sweep import Cotangents, SlotIndex, Sweep
-from ._base import AbstractSchedule, Stored
+from .._sweep import Backward, Cotangents, Kept, Run, Tick
+from ._base import AbstractSchedule, Sizing
 
 
 class Tape(AbstractSchedule):
-    """Store every tick's row: `slots` is the loop's bound on ticks."""
+    """Tape every tick: a step's residuals, the carry before an emit, so that the reverse
+    sweep evaluates no step again. `slots`: rows, one per tick of the loop's bound (None:
+    sized for the loop)."""
 
-    slots: int = eqx.field(static=True)
-    tapes: ClassVar[bool] = True
-    recomputes: ClassVar[bool] = False
+    slots: int | None = eqx.field(static=True, default=None)
 
-    def init(self) -> Int[Array, ""]:
-        return jnp.zeros((), jnp.int32)
+    def sized(self, sizing: Sizing) -> "Tape":
+        return Tape(sizing.bound)
 
-    def store(
-        self,
-        k: Int[Array, ""],
-        unused: PyTree,
-        slot_index: SlotIndex | None,
-        active: Bool[ArrayLike, ""] = True,
-    ) -> Stored:
-        return jnp.asarray(True), k.astype(jnp.int32), slot_index, unused
+    def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
+        assert self.slots is not None  # sized
+        return jnp.where(active, at.k, self.slots)
 
-    def reverse(
-        self,
-        loop: Loop,
-        params: PyTree,
-        diff: PyTree[bool],
-        init: PyTree,
-        sweep: Sweep,
-        scratch: tuple[Write, ...],
-        start: Cotangents,
-        ct_buffers: Buffers,
-        batched: bool,
-    ) -> Cotangents:
-        rows = tape_rows(loop, params, diff, init)
-        span = (jnp.int32(0), sweep.n - 1)
-        taped = (loop, params, diff, sweep.slots)
-        return reverse_tape(*taped, span, start, ct_buffers, rows, batched)[0]
+    def empty(self, run: Run) -> Kept:
+        assert self.slots is not None  # sized
+        return None, tape_rows(run.loop, run.params, run.diff, run.init)[1].empty(self.slots + 1)
+
+    def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)
+        at, tape = taped_step(run, rows, at, kept[1], self._row(at, active), active)
+        return at, (None, tape)
+
+    def emit(
+        self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    ) -> tuple[Tick, tuple[Write, ...], Kept]:
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
+        tape = rows.put_carry(kept[1], self._row(at, active), at.carry)
+        at, writes = emit_tick(run, at, active)
+        return at, writes, (None, tape)
+
+    def reverse(self, back: Backward) -> Cotangents:
+        run = back.run
+        rows = tape_rows(run.loop, run.params, run.diff, run.init)
+        span = (jnp.int32(0), back.sweep.n - 1)
+        return reverse_tape(run, back.sweep.kept[1], rows, span, back.start, back.ct_buffers)[0]

@@ -1,0 +1,52 @@
+"""What the schedules that reverse by recomputation keep (`Online`, `States`, `Revolve`):
+states in a fixed number of slots, with a table of the tick each holds, the carry before
+the last tick (the reverse sweep starts from it), and the step-size decisions to replay.
+
+Kept: ((the schedule's own state, the carry before the last tick), (slots, table,
+decisions)); see `AbstractSchedule`.
+"""
+
+from collections.abc import Callable
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
+
+from .._keeping import store_state
+from .._lockstep import tree_where
+from .._packing import Rows
+from .._sweep import Kept, Run, SlotIndex, Tick, decision_tape, record_decision
+
+# A schedule's rule: (tick, its state, slot table, active) -> (whether to store the state
+# before the tick, its slot, the table after any thinning, the schedule's new state).
+Rule = Callable[
+    [Int[Array, ""], PyTree, SlotIndex, Bool[ArrayLike, ""]],
+    tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, PyTree],
+]
+
+
+def empty_slots(run: Run, slots: Rows, state: PyTree) -> Kept:
+    """Nothing kept yet: `slots` (one row per slot and a scratch row), a free table, the
+    schedule's first `state`."""
+    table = jnp.full((slots[0].shape[0] - 1,), -1, jnp.int32)
+    return (state, run.init), (slots, table, decision_tape(run))
+
+
+def keep_before(
+    rule: Rule, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+) -> tuple[Kept, Int[Array, ""]]:
+    """Store the carry before tick `at.k` where `rule` says so (and `active`); also
+    returns the row written (the scratch row if none)."""
+    (state, _), (slots, table, decisions) = kept
+    # A rule leaves an inactive sample's table as it is.
+    store, slot, table, new_state = rule(at.k, state, table, active)
+    slots, table, row = store_state(slots, table, at, slot, store & active, run.packing)
+    state = tree_where(active, new_state, state)
+    last = tree_where(active, at.carry, kept[0][1])
+    return ((state, last), (slots, table, decisions)), row
+
+
+def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[Array, ""]) -> Kept:
+    """Record the step-size decision of the tick from `before` to `after`."""
+    small, (slots, table, decisions) = kept
+    decisions = record_decision(run.loop, decisions, before.k, after.carry, active)
+    return small, (slots, table, decisions)
