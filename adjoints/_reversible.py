@@ -32,6 +32,7 @@ from ._loop import Buffers, Loop, Plain, Reversal, apply_writes, run_plain
 from ._residuals import linearise, transposed
 from ._sweep import num_ticks_bound, scratch_writes, split_floats
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
+from ._ticks import Ticks, run_ticks
 
 
 class Records(eqx.Module):
@@ -102,56 +103,44 @@ def _record(
 def forward_sweep(
     loop: Loop, reversal: Reversal, params: PyTree, init: PyTree, buffers: Buffers, batched: bool
 ) -> tuple[Plain, Kept]:
-    """Run the loop, keeping what `Records` says of the carry before every tick."""
-    records = empty_records(loop, reversal, params, init)
+    """Run the loop, keeping what `Records` says of the carry before every tick. The
+    ticks run in the orders of `_ticks` (steps then emit; batched, emits then step)."""
     scratch = scratch_writes(buffers)
 
-    def tick(small: tuple, large: tuple, active: Bool[Array, ""], emitting: bool) -> tuple:
+    def tick(small: tuple, recs: Records, active: Bool[Array, ""], emitting: bool) -> tuple:
+        """One tick, keeping its record; the new carry and counts, the writes, records."""
         carry, k, e = small
-        bufs, recs = large
         if emitting or recs.steps is not None:  # `keep` is traced only where kept
             recs = _record(recs, reversal.keep(carry), (k, e), emitting, active)
         if emitting:
             carry, writes = loop.emit(params, carry)
         else:
             carry, writes = loop.body(params, carry), scratch
-        small = (carry, k + 1, e + 1 if emitting else e)
-        return small, (apply_writes(bufs, writes, active), recs)
+        return (carry, k + 1, e + 1 if emitting else e), writes, recs
 
-    def one_tick(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
-        if loop.max_emits == 0:
-            return tick(small, large, active, False)
-        return lax.cond(
-            loop.pending(small[0]),
-            lambda s, b: tick(s, b, active, True),
-            lambda s, b: tick(s, b, active, False),
-            small,
-            large,
-        )
+    def step(small: tuple, recs: Records, active: Bool[Array, ""]) -> tuple:
+        if not batched:  # the inner loop runs only active steps
+            new, _, recs = tick(small, recs, active, False)
+            return new, recs
+        stepped = lambda: tick(small, recs, active, False)[::2]
+        new, recs = if_any(active, stepped, lambda: (small, recs))
+        return tree_where(active, new, small), recs
 
-    def emits_then_step(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
-        """Under `vmap`: a sample's emits, then its step, so that the step runs once per
-        step of the slowest sample rather than at every tick where some sample steps."""
-        small, large = lockstep_while(
-            lambda s, b: loop.pending(s[0]),
-            lambda s, b, a: tick(s, b, a & active, True),
-            small,
-            large,
-        )
-        stepping = active & loop.cond(params, small[0]) & ~loop.pending(small[0])
-        stepped = if_any(
-            stepping, lambda: tick(small, large, stepping, False), lambda: (small, large)
-        )
-        return tree_where(stepping, stepped[0], small), stepped[1]
+    def emit(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
+        recs, bufs = large
+        new, writes, recs = tick(small, recs, active, True)
+        return tree_where(active, new, small), (recs, apply_writes(bufs, writes, active))
 
-    zero = jnp.zeros((), jnp.int32)
-    (final, n, num_emits), (buffers, records) = lockstep_while(
-        lambda s, b: loop.going(params, s[0]),
-        lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
-        (init, zero, zero),
-        (buffers, records),
-        batched,
+    ticks: Ticks[tuple, Records, Buffers] = Ticks(
+        going=lambda s: loop.going(params, s[0]),
+        pending=lambda s: loop.pending(s[0]),
+        step=step,
+        emit=emit,
     )
+    zero = jnp.zeros((), jnp.int32)
+    records = empty_records(loop, reversal, params, init)
+    small = (init, zero, zero)
+    (final, n, num_emits), records, buffers = run_ticks(ticks, small, records, buffers, batched)
     return (final, buffers), (final, records, n, num_emits)
 
 
