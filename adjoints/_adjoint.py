@@ -46,7 +46,6 @@ from ._checkpointed import Checkpointing, checkpointed_loop
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
-from ._reversible import reversible_loop
 from ._schedule import (
     SCHEDULES,
     AbstractSchedule,
@@ -58,6 +57,7 @@ from ._schedule import (
     States,
     Tape,
 )
+from ._schedule.undo import choose_undo
 from ._sweep import DECISION_ROWS, num_ticks_bound
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
@@ -381,4 +381,7 @@ class ReversibleAdjoint(AbstractAdjoint):
         return True
 
     def run_loop(self, loop, params, init, buffers, problem=None):
-        return reversible_loop(loop, params, init, buffers)
+        if loop.reversal is None:
+            raise ValueError("this loop cannot be undone: it was built without a Reversal.")
+        how = Checkpointing(choose_undo, DECISION_ROWS)
+        return checkpointed_loop(loop, how, params, init, buffers)

@@ -45,4 +45,4 @@ def forward_sweep(
     small, stored = schedule.empty(run)
     start = (Tick(jnp.int32(0), run.init), small)
     (at, small), stored, buffers = run_ticks(ticks, start, stored, buffers, run.batched)
-    return at.carry, buffers, Sweep(at.k, (small, stored))
+    return at.carry, buffers, Sweep(at.k, (small, stored), at.carry)

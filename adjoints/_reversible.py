@@ -1,4 +1,6 @@
 """Reverse mode for a loop whose ticks can be undone (`Loop.reversal`): no stored states.
+The schedule `Undo` (`_schedule/undo.py`) runs it through the checkpointed loop's custom
+VJP (`_checkpointed`); here are what it keeps and its reverse sweep.
 
 Forward sweep: run the ticks, keeping for each emit its tick's number and what
 `Reversal.keep` says of the carry before it (times, counters, output progress: a few
@@ -26,11 +28,10 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
-from ._checkpointed import diff_of, materialise
-from ._lockstep import if_any, lockstep_while, tree_where
-from ._loop import Buffers, Loop, Plain, Reversal, apply_writes, run_plain
+from ._lockstep import if_any, tree_where
+from ._loop import Buffers, Loop, Reversal
 from ._residuals import linearise, transposed
-from ._sweep import num_ticks_bound, scratch_writes, split_floats
+from ._sweep import num_ticks_bound, split_floats
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
 from ._ticks import Ticks, run_ticks
 
@@ -82,7 +83,7 @@ def empty_records(loop: Loop, reversal: Reversal, params: PyTree, init: PyTree) 
     return Records(ticks, _rows(example, loop.max_emits), steps)
 
 
-def _record(
+def record(
     records: Records,
     small: PyTree,
     counts: tuple[Int[Array, ""], Int[Array, ""]],
@@ -100,55 +101,10 @@ def _record(
     return Records(records.emit_ticks, records.emits, _put(records.steps, k - e, small, active))
 
 
-def forward_sweep(
-    loop: Loop, reversal: Reversal, params: PyTree, init: PyTree, buffers: Buffers, batched: bool
-) -> tuple[Plain, Kept]:
-    """Run the loop, keeping what `Records` says of the carry before every tick. The
-    ticks run in the orders of `_ticks` (steps then emit; batched, emits then step)."""
-    scratch = scratch_writes(buffers)
-
-    def tick(small: tuple, recs: Records, active: Bool[Array, ""], emitting: bool) -> tuple:
-        """One tick, keeping its record; the new carry and counts, the writes, records."""
-        carry, k, e = small
-        if emitting or recs.steps is not None:  # `keep` is traced only where kept
-            recs = _record(recs, reversal.keep(carry), (k, e), emitting, active)
-        if emitting:
-            carry, writes = loop.emit(params, carry)
-        else:
-            carry, writes = loop.body(params, carry), scratch
-        return (carry, k + 1, e + 1 if emitting else e), writes, recs
-
-    def step(small: tuple, recs: Records, active: Bool[Array, ""]) -> tuple:
-        if not batched:  # the inner loop runs only active steps
-            new, _, recs = tick(small, recs, active, False)
-            return new, recs
-        stepped = lambda: tick(small, recs, active, False)[::2]
-        new, recs = if_any(active, stepped, lambda: (small, recs))
-        return tree_where(active, new, small), recs
-
-    def emit(small: tuple, large: tuple, active: Bool[Array, ""]) -> tuple:
-        recs, bufs = large
-        new, writes, recs = tick(small, recs, active, True)
-        return tree_where(active, new, small), (recs, apply_writes(bufs, writes, active))
-
-    ticks: Ticks[tuple, Records, Buffers] = Ticks(
-        going=lambda s: loop.going(params, s[0]),
-        pending=lambda s: loop.pending(s[0]),
-        step=step,
-        emit=emit,
-    )
-    zero = jnp.zeros((), jnp.int32)
-    records = empty_records(loop, reversal, params, init)
-    small = (init, zero, zero)
-    (final, n, num_emits), records, buffers = run_ticks(ticks, small, records, buffers, batched)
-    return (final, buffers), (final, records, n, num_emits)
-
-
 # The reverse sweep's carry: (tick k, the emits before it and it, the carry after it,
 # that carry's cotangent, what the undo that rebuilt it passed on), and what it
-# accumulates: (the parameters' cotangent, the output buffers').
+# accumulates: the parameters' cotangent (steps and emits), the output buffers' (emits).
 _Small = tuple[Int[Array, ""], Int[Array, ""], PyTree, PyTree, PyTree]
-_Large = tuple[PyTree, Buffers]
 
 
 def reverse_sweep(
@@ -163,107 +119,122 @@ def reverse_sweep(
     batched: bool,
 ) -> tuple[PyTree, PyTree]:
     """Cotangents of (the initial carry, the differentiated parameters), ticks undone
-    one by one from the last. Raises (`Reversal.unstable`) where the carry rebuilt
-    before the first tick is not `init`: the gradient would be wrong.
+    one by one from the last, in the orders of `_ticks`. Raises (`Reversal.unstable`)
+    where the carry rebuilt before the first tick is not `init`: the gradient would be
+    wrong.
 
     An emit is undone by `restore` alone; only a step is undone by the solver, so a
-    tick's kind is decided (by the emits' recorded ticks) before either is evaluated (a
-    branch; under `vmap`, the run of emits after a step in an inner loop, then the
-    step, as the forward sweep)."""
+    tick's kind is decided (by the emits' recorded ticks) before either is evaluated."""
     final, records, n, num_emits = kept
-    params_f, params_s = eqx.partition(params, diff)
-    ct_params = jtu.tree_map(jnp.zeros_like, params_f)
-    example_f, example_s = split_floats(final)
-    emit_reads = loop.max_emits > 0 and reads_params(
-        emit_fn(loop, params_s, example_s), params_f, example_f
+    undoing = _Undoing(loop, reversal, params, diff, records, batched)
+    undoing = _Undoing(loop, reversal, params, diff, records, batched, undoing.emit_reads(final))
+    ticks = Ticks(
+        going=lambda s: s[0] >= 0,
+        pending=undoing.is_emit,
+        step=undoing.step,
+        emit=undoing.emit,
     )
+    start = (n - 1, num_emits, final, split_floats(ct_final)[0], reversal.start(params, final))
+    ct_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
+    small, ct_params, _ = run_ticks(ticks, start, ct_params, ct_buffers, batched)
+    _, _, rebuilt, ct_init, _ = small
+    # Not `error > tolerance`: an error that overflowed to NaN is a failure too.
+    unstable = ~(rebuilding_error(reversal, rebuilt, init) <= rebuilding_tolerance(init))
+    _raise_if(unstable, reversal.unstable)
+    return ct_init, ct_params
 
-    def is_emit(small: _Small) -> Bool[Array, ""]:
+
+class _Undoing(eqx.Module):
+    """The ticks of `reverse_sweep`: each rebuilds the carry before it and applies its
+    VJP there."""
+
+    loop: Loop
+    reversal: Reversal
+    params: PyTree
+    diff: PyTree[bool]
+    records: Records
+    batched: bool
+    reads_params: bool = False  # whether an emit reads a differentiated parameter
+
+    def emit_reads(self, final: PyTree) -> bool:
+        params_f, params_s = eqx.partition(self.params, self.diff)
+        example_f, example_s = split_floats(final)
+        emit = emit_fn(self.loop, params_s, example_s)
+        return self.loop.max_emits > 0 and reads_params(emit, params_f, example_f)
+
+    def is_emit(self, small: _Small) -> Bool[Array, ""]:
         k, e = small[0], small[1]
-        if loop.max_emits == 0:
+        if self.loop.max_emits == 0:
             return jnp.asarray(False)
-        return (k >= 0) & (e > 0) & (records.emit_ticks[jnp.maximum(e - 1, 0)] == k)
+        return (k >= 0) & (e > 0) & (self.records.emit_ticks[jnp.maximum(e - 1, 0)] == k)
 
-    def emit_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
+    def emit(self, small: _Small, large: tuple[PyTree, Buffers], active: Bool[Array, ""]) -> tuple:
+        """Undo one emit (by `restore`) and apply its VJP; nothing where not `active`."""
+        if self.batched:
+            return self.emit_tick(small, large, active)
+        # Unbatched, the emit after the last run of steps is not due: skip its VJP.
+        return lax.cond(
+            active,
+            lambda s, b: self.emit_tick(s, b, jnp.asarray(True)),
+            lambda s, b: (s, b),
+            small,
+            large,
+        )
+
+    def emit_tick(
+        self, small: _Small, large: tuple[PyTree, Buffers], active: Bool[Array, ""]
+    ) -> tuple:
         k, e, after, ct_after, spare = small
         ct_params, ct_bufs = large
-        before = reversal.restore(after, _get(records.emits, e - 1))
+        params_f, params_s = eqx.partition(self.params, self.diff)
+        before = self.reversal.restore(after, _get(self.records.emits, e - 1))
         before_f, before_s = split_floats(before)
-        emit = emit_fn(loop, params_s, before_s)
+        emit = emit_fn(self.loop, params_s, before_s)
         ct_after = split_floats(ct_after)[0]
         dp, ct_before, ct_bufs = emit_vjp(
-            emit, params_f, before_f, ct_after, ct_bufs, active, wrt_params=emit_reads
+            emit, params_f, before_f, ct_after, ct_bufs, active, wrt_params=self.reads_params
         )
-        if emit_reads:
+        if self.reads_params:
             ct_params = accumulate(active, ct_params, dp, params_f)
-        return (k - 1, e - 1, before, ct_before, spare), (ct_params, ct_bufs)
+        new = (k - 1, e - 1, before, ct_before, spare)
+        return tree_where(active, new, (k, e, after, ct_after, spare)), (ct_params, ct_bufs)
 
-    def step_vjp(small: _Small) -> tuple:
+    def step_vjp(self, small: _Small) -> tuple:
         """(The carry before step k, its cotangent, what its undo passed on, the
         parameters' cotangent)."""
         k, e, after, ct_after, spare = small
-        if records.steps is None:
-            small_before = reversal.rewind(params, after)
+        if self.records.steps is None:
+            small_before = self.reversal.rewind(self.params, after)
         else:
-            small_before = _get(records.steps, k - e)
-        before, spare = reversal.undo(params, after, small_before, spare)
-        lin = linearise(loop, params, diff, before)[1]
+            small_before = _get(self.records.steps, k - e)
+        before, spare = self.reversal.undo(self.params, after, small_before, spare)
+        lin = linearise(self.loop, self.params, self.diff, before)[1]
+        params_f = eqx.partition(self.params, self.diff)[0]
         ct_p, ct_before = transposed(lin, params_f, split_floats(before)[0])(
             split_floats(ct_after)[0]
         )
         return before, ct_before, spare, ct_p
 
-    def step_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
-        k, e = small[0], small[1]
-        ct_params, ct_bufs = large
-        before, ct_before, spare, ct_p = step_vjp(small)
-        return (k - 1, e, before, ct_before, spare), (add(ct_params, ct_p), ct_bufs)
-
-    def one_tick(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
-        if loop.max_emits == 0:
-            return step_tick(small, large, active)
-        return lax.cond(
-            is_emit(small),
-            lambda s, b: emit_tick(s, b, active),
-            lambda s, b: step_tick(s, b, active),
-            small,
-            large,
-        )
-
-    def emits_then_step(small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple:
-        small, (ct_params, ct_bufs) = lockstep_while(
-            lambda s, b: is_emit(s), lambda s, b, a: emit_tick(s, b, a & active), small, large
-        )
+    def step(self, small: _Small, ct_params: PyTree, stepping: Bool[Array, ""]) -> tuple:
+        """Undo one step and apply its VJP; batched, only when some sample steps."""
         k, e, after, ct_after, spare = small
-        stepping = active & (k >= 0)
+        if not self.batched:  # the inner loop runs only active steps
+            before, ct_before, spare, ct_p = self.step_vjp(small)
+            return (k - 1, e, before, ct_before, spare), add(ct_params, ct_p)
         staying = (after, split_floats(ct_after)[0], spare)
+        params_f = eqx.partition(self.params, self.diff)[0]
 
         def step() -> tuple:
             # The parameters' cotangent is added inside the branch, so the batch of
             # parameter-sized totals is written once per step (see `reverse_tape`).
             safe = (jnp.maximum(k, 0), e, after, ct_after, spare)
-            before, ct_before, spare_before, ct_p = step_vjp(safe)
+            before, ct_before, spare_before, ct_p = self.step_vjp(safe)
             moved = tree_where(stepping, (before, ct_before, spare_before), staying)
             return moved, accumulate(stepping, ct_params, ct_p, params_f)
 
-        (after, ct_after, spare), ct_params = if_any(
-            stepping, step, lambda: (staying, ct_params)
-        )
+        (after, ct_after, spare), ct_params = if_any(stepping, step, lambda: (staying, ct_params))
         k = jnp.where(stepping, k - 1, k)
-        return (k, e, after, ct_after, spare), (ct_params, ct_bufs)
-
-    start = (n - 1, num_emits, final, split_floats(ct_final)[0], reversal.start(params, final))
-    (_, _, rebuilt, ct_init, _), (ct_params, _) = lockstep_while(
-        lambda s, b: s[0] >= 0,
-        lambda s, b, a: (emits_then_step if batched else one_tick)(s, b, a),
-        start,
-        (ct_params, ct_buffers),
-        batched,
-    )
-    # Not `error > tolerance`: an error that overflowed to NaN is a failure too.
-    unstable = ~(rebuilding_error(reversal, rebuilt, init) <= rebuilding_tolerance(init))
-    _raise_if(unstable, reversal.unstable)
-    return ct_init, ct_params
+        return (k, e, after, ct_after, spare), ct_params
 
 
 def _raise_if(failed: Bool[Array, ""], message: str) -> None:
@@ -310,54 +281,3 @@ def rebuilding_tolerance(init: PyTree) -> float:
     floats = [x for x in jtu.tree_leaves(init) if eqx.is_inexact_array(x)]
     eps = max((float(jnp.finfo(x.dtype).eps) for x in floats), default=2.0**-52)
     return eps**0.5
-
-
-@eqx.filter_custom_vjp
-def _reversible_loop(
-    params_and_init: tuple[PyTree, PyTree], buffers: Buffers, *, loop: Loop
-) -> Plain:
-    params, init = params_and_init
-    return run_plain(loop, params, init, buffers)
-
-
-@_reversible_loop.def_fwd
-def _fwd(
-    perturbed: tuple[PyTree[bool], PyTree[bool]],
-    params_and_init: tuple[PyTree, PyTree],
-    buffers: Buffers,
-    *,
-    loop: Loop,
-) -> tuple[Plain, Kept]:
-    params, init = params_and_init
-    assert loop.reversal is not None  # checked by reversible_loop
-    return forward_sweep(loop, loop.reversal, params, init, buffers, loop.batch_size > 1)
-
-
-@_reversible_loop.def_bwd
-def _bwd(
-    kept: Kept,
-    grad_obj: tuple[PyTree, Buffers],
-    perturbed: tuple[PyTree[bool], PyTree[bool]],
-    params_and_init: tuple[PyTree, PyTree],
-    buffers: Buffers,
-    *,
-    loop: Loop,
-) -> tuple[PyTree, PyTree]:
-    params, init = params_and_init
-    assert loop.reversal is not None  # checked by reversible_loop
-    diff = diff_of(perturbed, params)
-    ct_final, ct_buffers = grad_obj
-    ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
-    ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
-    batched = loop.batch_size > 1
-    ct_init, ct_params = reverse_sweep(
-        loop, loop.reversal, params, diff, init, kept, ct_final, ct_buffers, batched
-    )
-    return ct_params, ct_init
-
-
-def reversible_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
-    """Run `loop` so that reverse mode differentiates it by undoing its ticks."""
-    if loop.reversal is None:
-        raise ValueError("this loop cannot be undone: it was built without a Reversal.")
-    return _reversible_loop((params, init), buffers, loop=loop)

@@ -66,6 +66,7 @@ class Sweep(eqx.Module):
 
     n: Int[Array, ""]
     kept: Kept
+    final: PyTree  # the carry after the last tick (undoing starts from it)
 
 
 class Backward(eqx.Module):

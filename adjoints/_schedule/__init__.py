@@ -9,6 +9,8 @@ below (and in `SCHEDULES` to give it a name).
 - `Revolve`: a loop of known length: Griewank's binomial placement (`adjoints._binomial`).
 - `Nested`: a loop of known length: states at the start of nested segments, the
   innermost taped.
+- `Undo`: a loop whose ticks can be undone: what undoing cannot rebuild; reverse by
+  undoing (`ReversibleAdjoint`).
 """
 
 from .._binomial import beta as beta
@@ -22,6 +24,7 @@ from .revolve import Revolve as Revolve
 from .segments import Segments as Segments
 from .states import States as States
 from .tape import Tape as Tape
+from .undo import Undo as Undo
 
 # The names `RecursiveCheckpointAdjoint(schedule=...)` accepts for a schedule left to be
 # sized by the adjoint's `checkpoints` or `memory_budget`.
