@@ -59,9 +59,13 @@ def reverse_tape(
     live = () if run.batched else reversal.live_leaves()
     reversal = _TapeReversal(run, tape, rows, span[0], reversal.emit_reads_params(), live)
     ct_final, ct_params = start
+    # Unbatched, `pending` is read only after a run of steps (`steps` runs them), where
+    # an emit is due exactly while ticks are left: no need to read the tape (a kernel of
+    # its own, which XLA:CPU would run beside others).
+    unbatched_pending = lambda s: s[0] >= reversal.lo
     ticks = Ticks(
         going=lambda s: s[0] >= reversal.lo,
-        pending=lambda s: reversal.is_emit(s[0]),
+        pending=(lambda s: reversal.is_emit(s[0])) if run.batched else unbatched_pending,
         step=reversal.step,
         emit=reversal.emit,
         steps=None if run.batched else reversal.steps,
@@ -130,12 +134,10 @@ class _TapeReversal(eqx.Module):
     def emit(self, small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
         if self.run.batched:
             return self.emit_tick(small, large, active)
-        # Unbatched, the emit after the last run of steps is not due: skip its VJP. After a
-        # run of steps an emit is due exactly while ticks are left: `active`, without
-        # reading the tape (a kernel of its own, which XLA:CPU would run beside others).
-        # Inside the branch the emit is known to be active (nothing to mask).
+        # Unbatched, the emit after the last run of steps is not due: skip its VJP. Inside
+        # the branch the emit is known to be active (nothing to mask).
         return lax.cond(
-            small[0] >= self.lo,
+            active,
             lambda s, b: self.emit_tick(s, b, jnp.asarray(True)),
             lambda s, b: (s, b),
             small,
