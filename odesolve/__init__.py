@@ -142,6 +142,9 @@ from ._solver import (
 )
 from ._solver import CalculateJacobian as CalculateJacobian
 from ._solver import HalfSolver as HalfSolver
+from ._solver import RetreatInput as RetreatInput
+from ._solver import StartInput as StartInput
+from ._solver import StepInput as StepInput
 from ._solver import KenCarp3 as KenCarp3
 from ._solver import KenCarp4 as KenCarp4
 from ._solver import KenCarp5 as KenCarp5

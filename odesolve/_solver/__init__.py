@@ -1,6 +1,9 @@
 from ._base import AbstractReversibleSolver as AbstractReversibleSolver
 from ._base import AbstractSolver as AbstractSolver
+from ._base import RetreatInput as RetreatInput
+from ._base import StartInput as StartInput
 from ._base import StepContext as StepContext
+from ._base import StepInput as StepInput
 from ._implicit import AbstractImplicitRungeKutta as AbstractImplicitRungeKutta
 from ._kinds import AbstractAdaptiveSolver as AbstractAdaptiveSolver
 from ._kinds import AbstractImplicitSolver as AbstractImplicitSolver
