@@ -117,6 +117,7 @@ class _TapeReversal(eqx.Module):
     def emit_tick(
         self, small: _Small, large: _Large, active: Bool[Array, ""]
     ) -> tuple[_Small, _Large]:
+        """One emit reversed; where not `active`, nothing changes."""
         k, ct_carry = small
         ct_params, ct_bufs = large
         params_f, params_s = self.split_params()
@@ -131,6 +132,21 @@ class _TapeReversal(eqx.Module):
         small = (k - active.astype(jnp.int32), tree_where(active, dc, ct_carry))
         return small, (ct_params, ct_bufs)
 
+    def known_active_emit(self, small: _Small, large: _Large) -> tuple[_Small, _Large]:
+        """An emit known to be active: no masking, and the cotangents it leaves alone are
+        passed through rather than selected (a `cond` then forwards them)."""
+        k, ct_carry = small
+        ct_params, ct_bufs = large
+        params_f, params_s = self.split_params()
+        carry_f, carry_s = split_floats(self.carry_at(k))
+        emit = emit_fn(self.run.loop, params_s, carry_s)
+        dp, dc, ct_bufs = emit_vjp(
+            emit, params_f, carry_f, ct_carry, ct_bufs, wrt_params=self.emit_reads
+        )
+        if self.emit_reads:
+            ct_params = add(ct_params, dp)
+        return (k - 1, dc), (ct_params, ct_bufs)
+
     def emit(self, small: _Small, large: _Large, active: Bool[Array, ""]) -> tuple[_Small, _Large]:
         if self.run.batched:
             return self.emit_tick(small, large, active)
@@ -138,7 +154,7 @@ class _TapeReversal(eqx.Module):
         # the branch the emit is known to be active (nothing to mask).
         return lax.cond(
             active,
-            lambda s, b: self.emit_tick(s, b, jnp.asarray(True)),
+            lambda s, b: self.known_active_emit(s, b),
             lambda s, b: (s, b),
             small,
             large,

@@ -175,15 +175,17 @@ class _Undoing(eqx.Module):
         # Unbatched, the emit after the last run of steps is not due: skip its VJP.
         return lax.cond(
             active,
-            lambda s, b: self.emit_tick(s, b, jnp.asarray(True)),
+            lambda s, b: self.emit_tick(s, b, None),
             lambda s, b: (s, b),
             small,
             large,
         )
 
     def emit_tick(
-        self, small: _Small, large: tuple[PyTree, Buffers], active: Bool[Array, ""]
+        self, small: _Small, large: tuple[PyTree, Buffers], active: Bool[Array, ""] | None
     ) -> tuple:
+        """One emit undone; where not `active`, nothing changes. None: known active, so
+        the old values are not selected (a `cond` then forwards what the emit leaves)."""
         k, e, after, ct_after, spare = small
         ct_params, ct_bufs = large
         params_f, params_s = eqx.partition(self.params, self.diff)
@@ -191,12 +193,15 @@ class _Undoing(eqx.Module):
         before_f, before_s = split_floats(before)
         emit = emit_fn(self.loop, params_s, before_s)
         ct_after = split_floats(ct_after)[0]
+        mask = jnp.asarray(True) if active is None else active
         dp, ct_before, ct_bufs = emit_vjp(
-            emit, params_f, before_f, ct_after, ct_bufs, active, wrt_params=self.reads_params
+            emit, params_f, before_f, ct_after, ct_bufs, mask, wrt_params=self.reads_params
         )
         if self.reads_params:
-            ct_params = accumulate(active, ct_params, dp, params_f)
+            ct_params = accumulate(mask, ct_params, dp, params_f)
         new = (k - 1, e - 1, before, ct_before, spare)
+        if active is None:
+            return new, (ct_params, ct_bufs)
         return tree_where(active, new, (k, e, after, ct_after, spare)), (ct_params, ct_bufs)
 
     def step_vjp(self, small: _Small) -> tuple:
