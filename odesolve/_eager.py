@@ -145,8 +145,8 @@ def check_once(check: Callable[[], Any], arrays: list, numbers: Hashable) -> Non
     """Run `check`, which reads `arrays` and `numbers` only, unless it passed before on
     these very arrays and numbers: a JAX array cannot change, so it would pass again (a
     loop that saves at the same `ts` checks them once). NumPy arrays can change: always
-    checked."""
-    if not all(isinstance(a, jax.Array) for a in arrays):
+    checked, and traced arrays are never kept."""
+    if not all(isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) for a in arrays):
         check()
         return
     key = (tuple(id(a) for a in arrays), numbers)

@@ -111,3 +111,16 @@ def test_save_times_are_checked_on_every_cached_call():
     changing[-1] = 5.0
     with pytest.raises(ode.InvalidSaveTimes, match="outside"):
         solve(changing)
+
+
+def test_save_times_traced_inside_jit_are_not_kept():
+    # Python-number times inside a `jit` whose save times are traced: the check of the
+    # save times must not hold on to the tracer.
+    term = ode.ODETerm(lambda t, y, args: -y)
+    ts = jnp.linspace(0.0, 1.0, 4)
+    solve = lambda ts: ode.diffeqsolve(
+        term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)
+    ).ys
+    with jax.checking_leaks():
+        ys = jax.jit(solve)(ts)
+    np.testing.assert_allclose(ys[:, 0], np.exp(-ts), rtol=1e-5)
