@@ -3,6 +3,7 @@ raising a failure (`throw=True`)."""
 
 from typing import Any
 
+import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
@@ -71,18 +72,35 @@ def raise_if_failed(sol: Solution) -> Solution:
         return sol
     # One code however large a `vmap` batch is (the largest failure code over the batch,
     # `unvmap_max`): a batched callback would be unrolled into one per sample, thousands
-    # of operations to compile for an ensemble. Not `eqx.error_if`: under `jit(grad)` it
-    # trips `jax.checking_leaks()`.
+    # of operations to compile for an ensemble.
     failed = ~is_okay(sol.result)
     worst = eqxi.unvmap_max(jnp.where(failed, sol.result._value, RESULTS.successful.value))
-    jax.lax.cond(
+    arrays, rest = eqx.partition(sol, eqx.is_array)
+    return eqx.combine(_raising(arrays, worst), rest)
+
+
+@jax.custom_jvp
+def _raising(arrays: Any, worst: Any) -> Any:
+    """`arrays` unchanged, or `SolveError` raised by a host callback when `worst` is a
+    failure. A `pure_callback` whose output becomes the arrays: the check lives as long
+    as anything of the solution is used, and a program with a side effect (such as
+    `jax.debug.callback`) would be dispatched on JAX's slow path, about 0.1 ms a call on
+    a CPU, failing or not."""
+    structs = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), arrays)
+    return jax.lax.cond(
         worst != RESULTS.successful.value,
-        lambda c: jax.debug.callback(_raise_failure, c),
-        lambda c: None,
-        worst,
+        lambda a: jax.pure_callback(_raise_failure, structs, worst),
+        lambda a: a,
+        arrays,
     )
-    return sol
 
 
-def _raise_failure(code: np.ndarray) -> None:
+@_raising.defjvp
+def _raising_jvp(primals: tuple, tangents: tuple) -> tuple:
+    """The check passes derivatives through unchanged (the callback has none)."""
+    arrays, worst = primals
+    return _raising(arrays, worst), tangents[0]
+
+
+def _raise_failure(code: np.ndarray) -> Any:
     raise SolveError(failure_message(RESULTS(int(code))))
