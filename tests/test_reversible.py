@@ -209,7 +209,7 @@ def _field_calls_per_reverse_step(saveat) -> float:
     return (counts[1] - counts[0]) / 20
 
 
-@pytest.mark.matrix  # 17 s: two solves of 20 and 40 steps traced with a counting field
+@pytest.mark.matrix  # 17 s on one core
 def test_a_step_is_undone_once_where_its_interpolant_is_rebuilt():
     """Saving at times carries the last step's interpolant, which the reverse sweep
     rebuilds by undoing the step before; that undo also gives the state before the
