@@ -129,6 +129,11 @@ class Loop(eqx.Module):
       and a carry-shaped tree that place those times. Reverse mode differentiates
       `fixed_times` when none of those leaves is differentiated: the time cotangents
       it leaves out would all be dropped (None: always this loop).
+    - `writes_once`: each row of a buffer but its scratch row is written at most once,
+      and the scratch row is never read as output (its cotangent is zero). Reverse mode
+      then reads a write's cotangent without clearing its row for the earlier writes it
+      would have overwritten: under `vmap` the clearing is a scatter into the whole
+      cotangent buffer on every emit, which XLA:CPU follows with two copies of it.
     - `memo`: what tracing the loop's step found (see `StepMemo`); made with the loop,
       never passed.
     """
@@ -146,6 +151,7 @@ class Loop(eqx.Module):
     reversal: Reversal | None = eqx.field(static=True, default=None)
     fixed_times: "Loop | None" = eqx.field(static=True, default=None)
     times_of: Callable[[PyTree, PyTree], PyTree] | None = eqx.field(static=True, default=None)
+    writes_once: bool = eqx.field(static=True, default=False)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:

@@ -367,6 +367,10 @@ def _loop(
         reversal=reversal(config) if reverses else None,
         fixed_times=fixed_times,
         times_of=_times_of if fixed_times is not None else None,
+        # Every output row is written once: a save time's, a step's and a dense row's
+        # index only advances past a row it keeps; other writes go to the scratch row,
+        # which `_finish` drops.
+        writes_once=True,
     )
 
 
