@@ -126,7 +126,11 @@ class Segments(AbstractSchedule):
         if self.starts is not None:  # thinned as the loop runs
             states = self.thin(states, stride, new_stride)
         row = jnp.where(store & active, slot, self.slots)
-        states = put_state(states, row, at.carry, run.packing)
+        put = lambda: put_state(states, row, at.carry, run.packing)
+        # Batched, a state is stored at a few ticks in a segment's length: the scatter of
+        # every sample's carry (and its packing) runs only when some sample stores one,
+        # not at every tick into the scratch row.
+        states = if_any(store & active, put, lambda: states) if run.batched else put()
         return tree_where(active, new_stride, stride), (tape, states, decisions)
 
     def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
