@@ -30,6 +30,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where, where_any
+from ._rows import write_row
 from ._ticks import Ticks, run_ticks
 
 
@@ -186,7 +187,7 @@ def apply_writes(
     def put(buffer: PyTree, write: Write) -> PyTree:
         row = jnp.where(active, write.row, scratch_row(buffer))
         return jtu.tree_map(
-            lambda b, v: lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), row, 0),
+            lambda b, v: write_row(b, row, v),
             buffer,
             write.value,
         )

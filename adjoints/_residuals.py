@@ -31,6 +31,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 from ._concrete import is_concrete
 from ._loop import Loop
 from ._packing import Packing, Rows, common_float, is_float
+from ._rows import read_row, write_row
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
@@ -229,11 +230,7 @@ class TapeRows:
         if not self.combined:  # the kind column, then the ints
             ints = jnp.concatenate([jnp.full((1,), kind, jnp.int32), ints])
             at = (at[0], 0)
-        i = jnp.asarray(i, jnp.int32)
-        put = lambda s, r, c: jax.lax.dynamic_update_slice(
-            s, r[None].astype(s.dtype), (i, jnp.asarray(c, jnp.int32))
-        )
-        return put(slots[0], floats, at[0]), put(slots[1], ints, at[1])
+        return write_row(slots[0], i, floats, at[0]), write_row(slots[1], i, ints, at[1])
 
     def put_carry(self, slots: Rows, i: Int[ArrayLike, ""], carry: PyTree) -> Rows:
         return self._put(slots, i, self.carry_packing, carry, self.carry_at, 1)
@@ -250,15 +247,13 @@ class TapeRows:
 
     def is_carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> Bool[Array, ""]:
         """Taping only: whether tick k's row holds a carry (an emit's)."""
-        return slots[1][k, 0] == 1
+        return read_row(slots[1], k, 0, 1)[0] == 1
 
     def _read(
         self, slots: Rows, k: Int[ArrayLike, ""], packing: Packing, at: tuple[int, int]
     ) -> PyTree:
         f, i = packing.sizes()
-        floats = jax.lax.dynamic_slice_in_dim(slots[0][k], at[0], f)
-        ints = jax.lax.dynamic_slice_in_dim(slots[1][k], at[1], i)
-        return packing.unpack((floats, ints))
+        return packing.unpack((read_row(slots[0], k, at[0], f), read_row(slots[1], k, at[1], i)))
 
     def carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> PyTree:
         return self._read(slots, k, self.carry_packing, self.carry_at)

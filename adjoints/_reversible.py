@@ -31,6 +31,7 @@ from jaxtyping import Array, Bool, Int, PyTree
 from ._lockstep import if_any, tree_where
 from ._loop import Buffers, Loop, Reversal
 from ._residuals import linearise, transposed
+from ._rows import read_row, write_row
 from ._sweep import num_ticks_bound, split_floats
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
 from ._ticks import Ticks, run_ticks
@@ -64,13 +65,13 @@ def _rows(example: PyTree, count: int) -> PyTree:
 def _put(records: PyTree, k: Int[Array, ""], small: PyTree, active: Bool[Array, ""]) -> PyTree:
     def one(rows: Array, value: Array) -> Array:
         row = jnp.where(active, k, rows.shape[0] - 1)
-        return lax.dynamic_update_index_in_dim(rows, jnp.asarray(value, rows.dtype), row, 0)
+        return write_row(rows, row, value)
 
     return jtu.tree_map(one, records, small)
 
 
 def _get(records: PyTree, k: Int[Array, ""]) -> PyTree:
-    return jtu.tree_map(lambda rows: rows[jnp.maximum(k, 0)], records)
+    return jtu.tree_map(lambda rows: read_row(rows, jnp.maximum(k, 0)), records)
 
 
 def empty_records(loop: Loop, reversal: Reversal, params: PyTree, init: PyTree) -> Records:

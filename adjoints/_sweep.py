@@ -5,12 +5,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree, Shaped
 
 from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._packing import Packing, Rows, is_float
+from ._rows import read_row, write_row
 
 SlotIndex = Int[Array, " slots"]  # the tick whose state each slot holds, -1 if free
 # Cotangents of (a carry, the differentiated parameters).
@@ -126,7 +126,7 @@ def record_decision(
         return None
     assert loop.decision is not None  # only a loop with decisions records them
     row = jnp.where(active & (k + 1 < decisions.shape[0]), k + 1, 0)
-    return lax.dynamic_update_index_in_dim(decisions, loop.decision(carry), row, 0)
+    return write_row(decisions, row, loop.decision(carry))
 
 
 def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
@@ -136,19 +136,17 @@ def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: 
         return carry
     assert loop.decision is not None and loop.replay is not None  # decisions were recorded
     rows = decisions.shape[0]
-    kept = decisions[jnp.minimum(k + 1, rows - 1)]
+    kept = read_row(decisions, jnp.minimum(k + 1, rows - 1))
     return loop.replay(carry, jnp.where(k + 1 < rows, kept, loop.decision(carry)))
 
 
 def put_state(slots: Rows, i: Int[ArrayLike, ""], carry: PyTree, packing: Packing) -> Rows:
     """Store a state in the first columns of row i (a row may hold more beside it)."""
     floats, ints = packing.pack(carry)
-    i, zero = jnp.asarray(i, jnp.int32), jnp.zeros((), jnp.int32)
-    put = lambda s, r: lax.dynamic_update_slice(s, r[None].astype(s.dtype), (i, zero))
-    return put(slots[0], floats), put(slots[1], ints)
+    return write_row(slots[0], i, floats), write_row(slots[1], i, ints)
 
 
 def get_state(slots: Rows, i: Int[ArrayLike, ""], packing: Packing) -> PyTree:
     """The state stored in the first columns of row i."""
     f, n = packing.sizes()
-    return packing.unpack((slots[0][i, :f], slots[1][i, :n]))
+    return packing.unpack((read_row(slots[0], i, 0, f), read_row(slots[1], i, 0, n)))

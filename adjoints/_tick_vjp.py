@@ -18,6 +18,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 from ._lockstep import if_any, tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._residuals import linearise, transposed
+from ._rows import read_row, write_row
 from ._sweep import split_floats
 
 # One emit as a function of the differentiated float inputs, (params, carry) -> ((float
@@ -30,12 +31,12 @@ TickCotangents = tuple[PyTree, PyTree, Buffers]
 
 
 def _read_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
-    return jtu.tree_map(lambda b: b[row], buffer)
+    return jtu.tree_map(lambda b: read_row(b, row), buffer)
 
 
 def _clear_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
     """A write's cotangent is taken once: earlier writes to the row were overwritten."""
-    return jtu.tree_map(lambda b: b.at[row].set(0), buffer)
+    return jtu.tree_map(lambda b: write_row(b, row, jnp.zeros(b.shape[1:], b.dtype)), buffer)
 
 
 def tick_vjp(

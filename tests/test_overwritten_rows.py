@@ -40,7 +40,13 @@ def _loss(adjoint, a, x0):
     return rows[0] + 2 * rows[1]
 
 
-SCHEDULES = [None, ode.Tape(), ode.Segments(length=2), ode.Online(checkpoints=2), ode.States(checkpoints=2)]
+SCHEDULES = [
+    None,
+    ode.Tape(),
+    ode.Segments(length=2),
+    ode.Online(checkpoints=2),
+    ode.States(checkpoints=2),
+]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: type(s).__name__)
