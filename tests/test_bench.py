@@ -167,6 +167,14 @@ def test_groups_are_timed_one_after_another_and_interleaved_within():
     assert len(medians) == 3 and all(m >= 0 for m in medians)
 
 
+def test_a_settled_entry_is_called_once_untimed_before_each_timed_call():
+    calls = []
+    entry = lambda name: lambda: calls.append(name) or np.zeros(())
+    entries = [entry("ode"), entry("torch"), entry("dfx")]
+    interleaved_medians(entries, (), [2, 2, 2], [True, False, True], [True, False, True])
+    assert calls == ["ode", "ode", "dfx", "dfx"] * 2 + ["torch"] * 2
+
+
 def test_missing_peer_says_how_to_install():
     assert Peer("nothing", "no_such_module_for_odesolve", "pip install nothing").load() is None
 

@@ -6,6 +6,10 @@
   gradient at W3's batch) is compiled once per run and reports that one compile time.
 - Run time: median over `repeats` rounds; each round calls every entry once, in turn, and
   blocks on its result, so load from other users of the machine hits all entries alike.
+  A compiled entry's timed call follows an untimed call of the same entry: a call right
+  after another entry's pays for what that one left (XLA:CPU's temp buffer is allocated
+  per call, and after a larger one is freed it can come back as fresh pages: see
+  benchmarks/README.md), where a training loop calls one function over and over.
   The compiled (XLA) entries' rounds run first, then the eager (PyTorch) entries' (see
   `interleaved_medians`).
   With a time budget, slow cases get fewer rounds (at least 3; the row says how many);
@@ -89,7 +93,11 @@ def timed_call(executable: Callable, inputs: tuple) -> float:
 
 
 def interleaved_medians(
-    executables: list, inputs: tuple, repeats: list[int], groups: list | None = None
+    executables: list,
+    inputs: tuple,
+    repeats: list[int],
+    groups: list | None = None,
+    settle: list[bool] | None = None,
 ) -> list[float]:
     """Median seconds per call of each executable, calling them in turn, round after round;
     executable i takes part in the first `repeats[i]` rounds. With `groups` (a key per
@@ -97,14 +105,18 @@ def interleaved_medians(
     the XLA entries apart from the eager PyTorch ones, so that the ratio to Diffrax
     compares calls made close together: a round with the eager entries lasts up to
     seconds (W1, W2), and on one 2-core run W3's odesolve and Diffrax measured 30.5 and
-    30.5 ms interleaved with the PyTorch peers, 18.2 and 23.0 ms without them."""
+    30.5 ms interleaved with the PyTorch peers, 18.2 and 23.0 ms without them. Where
+    `settle[i]`, each timed call of executable i follows an untimed one."""
     groups = groups or [None] * len(executables)
+    settle = settle or [False] * len(executables)
     samples: list[list[float]] = [[] for _ in executables]
     for group in dict.fromkeys(groups):
         members = [i for i, g in enumerate(groups) if g == group]
         for round_index in range(max(repeats[i] for i in members)):
             for i in members:
                 if round_index < repeats[i]:
+                    if settle[i]:
+                        jax.block_until_ready(executables[i](*inputs))
                     samples[i].append(timed_call(executables[i], inputs))
     return [statistics.median(times) for times in samples]
 
@@ -208,7 +220,7 @@ def measure_case(
     first_calls = [row.pop("warm_s") for row in rows.values()]
     is_compiled = [row["compiled"] for row in rows.values()]
     counts = repeats_per_entry(is_compiled, first_calls, repeats, budget_s)
-    medians = interleaved_medians(executables, case.inputs, counts, is_compiled)
+    medians = interleaved_medians(executables, case.inputs, counts, is_compiled, is_compiled)
     for row, seconds, first_s, count in zip(rows.values(), medians, first_calls, counts):
         _record_time(row, seconds, first_s, count, case.batch)
     progress(
