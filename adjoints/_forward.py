@@ -33,7 +33,7 @@ def forward_sweep(
     ) -> tuple[_Small, tuple[PyTree, Buffers]]:
         stored, bufs = large
         at, writes, kept = schedule.emit(run, small[0], (small[1], stored), active)
-        return (at, kept[0]), (kept[1], apply_writes(bufs, writes, active))
+        return (at, kept[0]), (kept[1], apply_writes(bufs, writes, active, run.batched))
 
     loop, params = run.loop, run.params
     ticks = Ticks(

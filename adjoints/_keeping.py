@@ -70,12 +70,13 @@ def store_state(
     slot: Int[Array, ""],
     store: Bool[Array, ""],
     packing: Packing,
+    batched: bool = False,
 ) -> tuple[Rows, SlotIndex, Int[Array, ""]]:
     """Store the carry before tick `at.k` in `slot` where `store`, else in the scratch
     row (the last), and mark it in the slot table (`table[i]`: the tick slot i holds, -1
     if free). Returns the slots, the table and the row written."""
     row = jnp.where(store, slot, table.shape[0])
-    slots = put_state(slots, row, at.carry, packing)
+    slots = put_state(slots, row, at.carry, packing, batched)
     # One entry of the table written, not the whole table selected.
     table = table.at[slot].set(jnp.where(store, at.k, table[slot]))
     return slots, table, row

@@ -179,18 +179,17 @@ def scratch_row(buffer: PyTree) -> int:
 
 
 def apply_writes(
-    buffers: Buffers, writes: tuple[Write, ...], active: Bool[ArrayLike, ""] = True
+    buffers: Buffers,
+    writes: tuple[Write, ...],
+    active: Bool[ArrayLike, ""] = True,
+    batched: bool = False,
 ) -> Buffers:
     """Store each write in its buffer; an inactive write (see `lockstep_while`) goes to
-    the buffer's last row, a scratch row. Under `vmap` a batched row becomes a scatter."""
+    the buffer's last row, a scratch row. `batched`: under `vmap` (see `_rows`)."""
 
     def put(buffer: PyTree, write: Write) -> PyTree:
         row = jnp.where(active, write.row, scratch_row(buffer))
-        return jtu.tree_map(
-            lambda b, v: write_row(b, row, v),
-            buffer,
-            write.value,
-        )
+        return jtu.tree_map(lambda b, v: write_row(b, row, v, 0, batched), buffer, write.value)
 
     return tuple(put(b, w) for b, w in zip(buffers, writes, strict=True))
 
@@ -211,7 +210,7 @@ def run_plain(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Pla
         if batched:
             return tree_where(active, new, carry), (
                 large[0],
-                apply_writes(large[1], writes, active),
+                apply_writes(large[1], writes, active, batched),
             )
         # Unbatched, an emit runs inactive only once the loop is over, and an emit that is
         # not due changes nothing that is kept and writes only scratch rows (see `Loop`):

@@ -195,10 +195,15 @@ class TapeRows:
       restarts from, and beside it the residuals of the step from that state, which the
       reverse sweep uses while the slots still hold every tick in order. The state comes
       first, so `_put`/`_get` of a bare state work on these rows too.
+
+    `batched`: the rows are written and read under `vmap`, a row per sample (see `_rows`).
     """
 
-    def __init__(self, carry: Packing, residuals: Packing, combined: bool = False) -> None:
+    def __init__(
+        self, carry: Packing, residuals: Packing, combined: bool = False, batched: bool = False
+    ) -> None:
         self.carry_packing, self.residual_packing = carry, residuals
+        self.batched = batched
         (cf, ci), (rf, ri) = carry.sizes(), residuals.sizes()
         self.combined = combined
         if combined:
@@ -230,7 +235,8 @@ class TapeRows:
         if not self.combined:  # the kind column, then the ints
             ints = jnp.concatenate([jnp.full((1,), kind, jnp.int32), ints])
             at = (at[0], 0)
-        return write_row(slots[0], i, floats, at[0]), write_row(slots[1], i, ints, at[1])
+        put = lambda s, r, c: write_row(s, i, r, c, self.batched)
+        return put(slots[0], floats, at[0]), put(slots[1], ints, at[1])
 
     def put_carry(self, slots: Rows, i: Int[ArrayLike, ""], carry: PyTree) -> Rows:
         return self._put(slots, i, self.carry_packing, carry, self.carry_at, 1)
@@ -247,13 +253,14 @@ class TapeRows:
 
     def is_carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> Bool[Array, ""]:
         """Taping only: whether tick k's row holds a carry (an emit's)."""
-        return read_row(slots[1], k, 0, 1)[0] == 1
+        return read_row(slots[1], k, 0, 1, self.batched)[0] == 1
 
     def _read(
         self, slots: Rows, k: Int[ArrayLike, ""], packing: Packing, at: tuple[int, int]
     ) -> PyTree:
         f, i = packing.sizes()
-        return packing.unpack((read_row(slots[0], k, at[0], f), read_row(slots[1], k, at[1], i)))
+        get = lambda s, c, n: read_row(s, k, c, n, self.batched)
+        return packing.unpack((get(slots[0], at[0], f), get(slots[1], at[1], i)))
 
     def carry(self, slots: Rows, k: Int[ArrayLike, ""]) -> PyTree:
         return self._read(slots, k, self.carry_packing, self.carry_at)
@@ -267,4 +274,4 @@ def tape_rows(
 ) -> tuple[Layout, TapeRows]:
     """A step's layout and rows sized for it and for `carry` (see `TapeRows`)."""
     layout = layout_of(loop, params, diff, carry)
-    return layout, TapeRows(Packing.of(carry), layout.packing, combined)
+    return layout, TapeRows(Packing.of(carry), layout.packing, combined, loop.batch_size > 1)

@@ -103,8 +103,9 @@ class _Recomputation(eqx.Module):
         store = (index == nxt) & active
         free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
         scratch_slot = slot_index.shape[0]
-        packing = self.back.run.packing
-        slots = put_state(slots, jnp.where(store, free_slot, scratch_slot), carry, packing)
+        run = self.back.run
+        row = jnp.where(store, free_slot, scratch_slot)
+        slots = put_state(slots, row, carry, run.packing, run.batched)
         kept = jnp.where(store, index, slot_index[free_slot])
         slot_index = slot_index.at[free_slot].set(kept)
         nxt = _next_store(slot_index, index, target, store, nxt)
@@ -141,7 +142,7 @@ class _Recomputation(eqx.Module):
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
         target = jnp.where(active, target - 1, target)
         j = _nearest(slot_index, jnp.maximum(target, 0))
-        carry = get_state(slots, j, run.packing)
+        carry = get_state(slots, j, run.packing, run.batched)
         index = slot_index[j]
         nxt = _next_store(slot_index, index, target)
         return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)

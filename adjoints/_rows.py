@@ -2,31 +2,55 @@
 decision record and output buffer of this package is written and read this way.
 
 A row index here is always in range: a write that is to be dropped goes to a buffer's
-scratch row (its last), never past the end. So the index is promised in bounds. Under
-`vmap`, where each sample's row differs, a write becomes a scatter and a read a gather;
-with the promise, XLA:CPU neither clamps the index nor copies the written values into
-the scatter's update layout first, kernels of their own on every tick.
+scratch row (its last), never past the end. Unbatched, a row is a dynamic slice, updated
+in place. Under `vmap` (`batched`), where each sample's row differs, JAX turns a dynamic
+slice into a gather and its update into a scatter that clamp the index, and XLA:CPU
+copied the written values into the scatter's update layout first: kernels of their own
+on every tick. So a batched row is a scatter or gather with the index promised in
+bounds. (Unbatched, a scatter would cost more than the in-place update.)
 """
 
 import jax.numpy as jnp
+from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Int
 
 
-def write_row(buffer: Array, row: Int[ArrayLike, ""], value: ArrayLike, column: int = 0) -> Array:
+def write_row(
+    buffer: Array,
+    row: Int[ArrayLike, ""],
+    value: ArrayLike,
+    column: int = 0,
+    batched: bool = False,
+) -> Array:
     """`buffer` with `value` (cast to its dtype) in row `row`: the whole row, or from
     `column` on for a 2-D buffer whose rows are written in part."""
     value = jnp.asarray(value).astype(buffer.dtype)
+    if not batched:
+        start = [jnp.asarray(row, jnp.int32)] + [jnp.int32(0)] * (buffer.ndim - 1)
+        if column:
+            start[1] = jnp.int32(column)
+        return lax.dynamic_update_slice(buffer, value[None], start)
     if column == 0 and value.shape == buffer.shape[1:]:
         return buffer.at[row].set(value, mode="promise_in_bounds")
     return buffer.at[row, column : column + value.shape[0]].set(value, mode="promise_in_bounds")
 
 
 def read_row(
-    buffer: Array, row: Int[ArrayLike, ""], column: int = 0, width: int | None = None
+    buffer: Array,
+    row: Int[ArrayLike, ""],
+    column: int = 0,
+    width: int | None = None,
+    batched: bool = False,
 ) -> Array:
     """Row `row` of `buffer`: the whole row, or `width` entries from `column` on."""
-    if width is None and column == 0:
+    whole = width is None and column == 0
+    if not batched:
+        line = lax.dynamic_index_in_dim(buffer, row, keepdims=False)
+        return (
+            line if whole else line[column : buffer.shape[1] if width is None else column + width]
+        )
+    if whole:
         return buffer.at[row].get(mode="promise_in_bounds")
     end = buffer.shape[1] if width is None else column + width
     return buffer.at[row, column:end].get(mode="promise_in_bounds")

@@ -126,7 +126,7 @@ def record_decision(
         return None
     assert loop.decision is not None  # only a loop with decisions records them
     row = jnp.where(active & (k + 1 < decisions.shape[0]), k + 1, 0)
-    return write_row(decisions, row, loop.decision(carry))
+    return write_row(decisions, row, loop.decision(carry), batched=loop.batch_size > 1)
 
 
 def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
@@ -136,17 +136,23 @@ def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: 
         return carry
     assert loop.decision is not None and loop.replay is not None  # decisions were recorded
     rows = decisions.shape[0]
-    kept = read_row(decisions, jnp.minimum(k + 1, rows - 1))
+    kept = read_row(decisions, jnp.minimum(k + 1, rows - 1), batched=loop.batch_size > 1)
     return loop.replay(carry, jnp.where(k + 1 < rows, kept, loop.decision(carry)))
 
 
-def put_state(slots: Rows, i: Int[ArrayLike, ""], carry: PyTree, packing: Packing) -> Rows:
-    """Store a state in the first columns of row i (a row may hold more beside it)."""
+def put_state(
+    slots: Rows, i: Int[ArrayLike, ""], carry: PyTree, packing: Packing, batched: bool = False
+) -> Rows:
+    """Store a state in the first columns of row i (a row may hold more beside it);
+    `batched`: under `vmap` (see `_rows`)."""
     floats, ints = packing.pack(carry)
-    return write_row(slots[0], i, floats), write_row(slots[1], i, ints)
+    return write_row(slots[0], i, floats, 0, batched), write_row(slots[1], i, ints, 0, batched)
 
 
-def get_state(slots: Rows, i: Int[ArrayLike, ""], packing: Packing) -> PyTree:
+def get_state(
+    slots: Rows, i: Int[ArrayLike, ""], packing: Packing, batched: bool = False
+) -> PyTree:
     """The state stored in the first columns of row i."""
     f, n = packing.sizes()
-    return packing.unpack((read_row(slots[0], i, 0, f), read_row(slots[1], i, 0, n)))
+    floats, ints = read_row(slots[0], i, 0, f, batched), read_row(slots[1], i, 0, n, batched)
+    return packing.unpack((floats, ints))

@@ -30,13 +30,14 @@ EmitFn = Callable[[PyTree, PyTree], EmitOutput]
 TickCotangents = tuple[PyTree, PyTree, Buffers]
 
 
-def _read_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
-    return jtu.tree_map(lambda b: read_row(b, row), buffer)
+def _read_row(buffer: PyTree, row: Int[ArrayLike, ""], batched: bool) -> PyTree:
+    return jtu.tree_map(lambda b: read_row(b, row, batched=batched), buffer)
 
 
-def _clear_row(buffer: PyTree, row: Int[ArrayLike, ""]) -> PyTree:
+def _clear_row(buffer: PyTree, row: Int[ArrayLike, ""], batched: bool) -> PyTree:
     """A write's cotangent is taken once: earlier writes to the row were overwritten."""
-    return jtu.tree_map(lambda b: write_row(b, row, jnp.zeros(b.shape[1:], b.dtype)), buffer)
+    zero = lambda b: jnp.zeros(b.shape[1:], b.dtype)
+    return jtu.tree_map(lambda b: write_row(b, row, zero(b), 0, batched), buffer)
 
 
 def tick_vjp(
@@ -104,7 +105,15 @@ def batched_tick_vjp(
     emit = emit_fn(loop, params_s, carry_s)
     emit_reads = reads_params(emit, params_f, carry_f)
     dp_e, dc_e, ct_buffers = emit_vjp(
-        emit, params_f, carry_f, ct_next, ct_buffers, emitting, emit_reads, not loop.writes_once
+        emit,
+        params_f,
+        carry_f,
+        ct_next,
+        ct_buffers,
+        emitting,
+        emit_reads,
+        not loop.writes_once,
+        batched=True,
     )
     ct_carry = tree_where(emitting, dc_e, ct_carry)
     if emit_reads:
@@ -121,21 +130,22 @@ def emit_vjp(
     active: Bool[ArrayLike, ""] = True,
     wrt_params: bool = True,
     clear: bool = True,
+    batched: bool = False,
 ) -> TickCotangents:
     """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
     buffers) of one emit, given the carry's after it. Each write's cotangent is read from
     its buffer row, which is then cleared where `clear` (earlier writes to it were
     overwritten; see `Loop.writes_once`); an inactive sample (see `lockstep_while`) reads
-    and clears scratch rows only."""
+    and clears scratch rows only. `batched`: under `vmap` (see `_rows`)."""
     if wrt_params:
         _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
     else:
         _, pull_carry, rows = jax.vjp(lambda cf: emit(params_f, cf), carry_f, has_aux=True)
         pullback = lambda ct: (None, *pull_carry(ct))
     rows = tuple(jnp.where(active, row, scratch_row(b)) for row, b in zip(rows, ct_bufs))
-    ct_values = tuple(_read_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+    ct_values = tuple(_read_row(ct_b, row, batched) for row, ct_b in zip(rows, ct_bufs))
     if clear:
-        ct_bufs = tuple(_clear_row(ct_b, row) for row, ct_b in zip(rows, ct_bufs))
+        ct_bufs = tuple(_clear_row(ct_b, row, batched) for row, ct_b in zip(rows, ct_bufs))
     ct_params, ct_carry = pullback((ct_carry, ct_values))
     return ct_params, ct_carry, ct_bufs
 

@@ -39,7 +39,9 @@ def keep_before(
     (state, _), (slots, table, decisions) = kept
     # A rule leaves an inactive sample's table as it is.
     store, slot, table, new_state = rule(at.k, state, table, active)
-    slots, table, row = store_state(slots, table, at, slot, store & active, run.packing)
+    slots, table, row = store_state(
+        slots, table, at, slot, store & active, run.packing, run.batched
+    )
     state = tree_where(active, new_state, state)
     last = tree_where(active, at.carry, kept[0][1])
     return ((state, last), (slots, table, decisions)), row

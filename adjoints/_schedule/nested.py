@@ -84,9 +84,8 @@ class Nested(AbstractSchedule):
         """Store the state before tick `at.k` if it starts an outermost segment."""
         length = self._sized()[0][0]
         store = (at.k % length == 0) & active
-        return put_state(
-            states, jnp.where(store, at.k // length, self.slots), at.carry, run.packing
-        )
+        row = jnp.where(store, at.k // length, self.slots)
+        return put_state(states, row, at.carry, run.packing, run.batched)
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
         """Bare steps up to the start of the next segment, then its first step."""
@@ -232,7 +231,7 @@ class _NestedReversal(eqx.Module):
 
         def keep(j: Int[Array, ""], s: tuple[PyTree, Rows]) -> tuple[PyTree, Rows]:
             carry, states = s
-            states = put_state(states, j, carry, packing)
+            states = put_state(states, j, carry, packing, self.run.batched)
             return self.bare(carry, jnp.where(j < segments - 1, length, 0)), states
 
         ct, ct_params, store = state
@@ -260,7 +259,7 @@ class _NestedReversal(eqx.Module):
 
         def segment(i: Int[Array, ""], state: _State) -> _State:
             j = segments - 1 - i
-            begin = get_state(state[2][level], j, self.run.packing)
+            begin = get_state(state[2][level], j, self.run.packing, self.run.batched)
             size = jnp.minimum(length, count - j * length)
             return self.span(level + 1, first + j * length, size, begin, state, n)
 

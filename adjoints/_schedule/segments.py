@@ -126,7 +126,7 @@ class Segments(AbstractSchedule):
         if self.starts is not None:  # thinned as the loop runs
             states = self.thin(states, stride, new_stride)
         row = jnp.where(store & active, slot, self.slots)
-        put = lambda: put_state(states, row, at.carry, run.packing)
+        put = lambda: put_state(states, row, at.carry, run.packing, run.batched)
         # Batched, a state is stored at a few ticks in a segment's length: the scatter of
         # every sample's carry (and its packing) runs only when some sample stores one,
         # not at every tick into the scratch row.
@@ -267,7 +267,7 @@ class _SegmentReversal(eqx.Module):
         length = self.schedule._sized()[0]
         stride = self.schedule.final_stride(self.n)
         kept = first // length // stride
-        carry = get_state(self.kept[1], kept, self.run.packing)
+        carry = get_state(self.kept[1], kept, self.run.packing, self.run.batched)
         # Nothing to run (the last segment, a finished sample): start at the end.
         small = (jnp.where(end > first, kept * stride * length, end), carry)
         going = lambda s: s[0] < end
