@@ -106,10 +106,6 @@ class _TapeReversal(eqx.Module):
         dp, dc = layout.vjp(taped.residuals(self.tape, k - self.lo), self.run.params)(ct_carry)
         return dc, dp
 
-    @property
-    def clears(self) -> bool:
-        return not self.run.loop.writes_once
-
     def split_params(self) -> tuple[PyTree, PyTree]:
         return eqx.partition(self.run.params, self.run.diff)
 
@@ -129,9 +125,8 @@ class _TapeReversal(eqx.Module):
         emit = emit_fn(self.run.loop, params_s, carry_s)
         wrt_params = self.emit_reads
         dp, dc, ct_bufs = emit_vjp(
-            emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params, self.clears,
-            self.run.batched,
-        )  # fmt: skip
+            self.run.loop, emit, params_f, carry_f, ct_carry, ct_bufs, active, wrt_params
+        )
         if wrt_params:
             ct_params = accumulate(active, ct_params, dp, params_f)
         small = (k - active.astype(jnp.int32), tree_where(active, dc, ct_carry))
@@ -146,9 +141,8 @@ class _TapeReversal(eqx.Module):
         carry_f, carry_s = split_floats(self.carry_at(k))
         emit = emit_fn(self.run.loop, params_s, carry_s)
         dp, dc, ct_bufs = emit_vjp(
-            emit, params_f, carry_f, ct_carry, ct_bufs, True, self.emit_reads, self.clears,
-            self.run.batched,
-        )  # fmt: skip
+            self.run.loop, emit, params_f, carry_f, ct_carry, ct_bufs, True, self.emit_reads
+        )
         if self.emit_reads:
             ct_params = add(ct_params, dp)
         return (k - 1, dc), (ct_params, ct_bufs)

@@ -196,9 +196,8 @@ class _Undoing(eqx.Module):
         ct_after = split_floats(ct_after)[0]
         mask = jnp.asarray(True) if active is None else active
         dp, ct_before, ct_bufs = emit_vjp(
-            emit, params_f, before_f, ct_after, ct_bufs, mask, self.reads_params,
-            not self.loop.writes_once,
-        )  # fmt: skip
+            self.loop, emit, params_f, before_f, ct_after, ct_bufs, mask, self.reads_params
+        )
         if self.reads_params:
             ct_params = accumulate(mask, ct_params, dp, params_f)
         new = (k - 1, e - 1, before, ct_before, spare)

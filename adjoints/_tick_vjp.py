@@ -60,7 +60,7 @@ def tick_vjp(
 
     def emit_branch(ct_buffers: Buffers) -> TickCotangents:
         emit = emit_fn(loop, params_s, carry_s)
-        return emit_vjp(emit, params_f, carry_f, ct_next, ct_buffers, clear=not loop.writes_once)
+        return emit_vjp(loop, emit, params_f, carry_f, ct_next, ct_buffers)
 
     def step_branch(ct_buffers: Buffers) -> TickCotangents:
         lin = linearise(loop, params, diff, carry)[1]
@@ -105,15 +105,7 @@ def batched_tick_vjp(
     emit = emit_fn(loop, params_s, carry_s)
     emit_reads = reads_params(emit, params_f, carry_f)
     dp_e, dc_e, ct_buffers = emit_vjp(
-        emit,
-        params_f,
-        carry_f,
-        ct_next,
-        ct_buffers,
-        emitting,
-        emit_reads,
-        not loop.writes_once,
-        batched=True,
+        loop, emit, params_f, carry_f, ct_next, ct_buffers, emitting, wrt_params=emit_reads
     )
     ct_carry = tree_where(emitting, dc_e, ct_carry)
     if emit_reads:
@@ -122,6 +114,7 @@ def batched_tick_vjp(
 
 
 def emit_vjp(
+    loop: Loop,
     emit: EmitFn,
     params_f: PyTree,
     carry_f: PyTree,
@@ -129,14 +122,13 @@ def emit_vjp(
     ct_bufs: Buffers,
     active: Bool[ArrayLike, ""] = True,
     wrt_params: bool = True,
-    clear: bool = True,
-    batched: bool = False,
 ) -> TickCotangents:
     """Cotangents (of params, or None when not `wrt_params`; of the carry; of the output
     buffers) of one emit, given the carry's after it. Each write's cotangent is read from
-    its buffer row, which is then cleared where `clear` (earlier writes to it were
-    overwritten; see `Loop.writes_once`); an inactive sample (see `lockstep_while`) reads
-    and clears scratch rows only. `batched`: under `vmap` (see `_rows`)."""
+    its buffer row, which is then cleared unless `loop.writes_once` (earlier writes to it
+    were overwritten); an inactive sample (see `lockstep_while`) reads and clears scratch
+    rows only. Under `vmap` (`loop.batch_size`) rows are read as `_rows` says."""
+    batched = loop.batch_size > 1
     if wrt_params:
         _, pullback, rows = jax.vjp(emit, params_f, carry_f, has_aux=True)
     else:
@@ -144,7 +136,7 @@ def emit_vjp(
         pullback = lambda ct: (None, *pull_carry(ct))
     rows = tuple(jnp.where(active, row, scratch_row(b)) for row, b in zip(rows, ct_bufs))
     ct_values = tuple(_read_row(ct_b, row, batched) for row, ct_b in zip(rows, ct_bufs))
-    if clear:
+    if not loop.writes_once:
         ct_bufs = tuple(_clear_row(ct_b, row, batched) for row, ct_b in zip(rows, ct_bufs))
     ct_params, ct_carry = pullback((ct_carry, ct_values))
     return ct_params, ct_carry, ct_bufs

@@ -11,8 +11,9 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
-from .._keeping import store_state
+from .._keeping import emit_tick, store_state
 from .._lockstep import tree_where
+from .._loop import Write
 from .._packing import Rows
 from .._sweep import Kept, Run, SlotIndex, Tick, decision_tape, record_decision
 
@@ -52,3 +53,13 @@ def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[A
     small, (slots, table, decisions) = kept
     decisions = record_decision(run.loop, decisions, before.k, after.carry, active)
     return small, (slots, table, decisions)
+
+
+def emit_keeping(
+    rule: Rule, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+) -> tuple[Tick, tuple[Write, ...], Kept]:
+    """One emit of a slot schedule: store the carry before it where `rule` says so, emit,
+    record the decision after it."""
+    kept, _ = keep_before(rule, run, at, kept, active)
+    after, writes = emit_tick(run, at, active)
+    return after, writes, record_after(run, kept, at, after, active)

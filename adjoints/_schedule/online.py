@@ -17,14 +17,14 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int
 
-from .._keeping import emit_tick, taped_step
+from .._keeping import taped_step
 from .._loop import Write
 from .._residuals import tape_rows
 from .._reverse_recompute import reverse_recompute
 from .._reverse_tape import reverse_tape
 from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
 from ._base import AbstractSchedule, Sizing
-from ._slots import empty_slots, keep_before, record_after
+from ._slots import emit_keeping, empty_slots, keep_before, record_after
 
 # (stride, free slots)
 _State = tuple[Int[Array, ""], Int[Array, ""]]
@@ -107,9 +107,7 @@ class Online(AbstractSchedule):
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
-        kept, _ = keep_before(self.store, run, at, kept, active)
-        after, writes = emit_tick(run, at, active)
-        return after, writes, record_after(run, kept, at, after, active)
+        return emit_keeping(self.store, run, at, kept, active)
 
     def reverse(self, back: Backward) -> Cotangents:
         # Until its slots fill up, online checkpointing has stored every state in order

@@ -7,12 +7,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._binomial import next_checkpoint
-from .._keeping import bare_step, emit_tick, skip_ahead
+from .._keeping import bare_step, skip_ahead
 from .._loop import Write
 from .._reverse_recompute import reverse_recompute
 from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
 from ._base import AbstractSchedule, Sizing
-from ._slots import empty_slots, keep_before, record_after
+from ._slots import emit_keeping, empty_slots, keep_before, record_after
 
 
 def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
@@ -100,9 +100,7 @@ class Revolve(AbstractSchedule):
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
-        kept, _ = keep_before(self.store, run, at, kept, active)
-        after, writes = emit_tick(run, at, active)
-        return after, writes, record_after(run, kept, at, after, active)
+        return emit_keeping(self.store, run, at, kept, active)
 
     def reverse(self, back: Backward) -> Cotangents:
         return reverse_recompute(back)[0]

@@ -13,12 +13,12 @@ reverse sweep does) costs the same however the field is written.
 import equinox as eqx
 from jaxtyping import Array, Bool
 
-from .._keeping import bare_step, emit_tick
+from .._keeping import bare_step
 from .._loop import Write
 from .._reverse_recompute import reverse_recompute
 from .._sweep import Backward, Cotangents, Kept, Run, Tick
 from ._base import AbstractSchedule, Sizing
-from ._slots import empty_slots, keep_before, record_after
+from ._slots import emit_keeping, empty_slots, keep_before, record_after
 from .online import Online
 
 
@@ -59,9 +59,7 @@ class States(AbstractSchedule):
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
-        kept, _ = keep_before(self._online().store, run, at, kept, active)
-        after, writes = emit_tick(run, at, active)
-        return after, writes, record_after(run, kept, at, after, active)
+        return emit_keeping(self._online().store, run, at, kept, active)
 
     def reverse(self, back: Backward) -> Cotangents:
         return reverse_recompute(back)[0]
