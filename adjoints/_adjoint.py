@@ -74,6 +74,22 @@ MIN_DEFAULT_BUDGET_PER_SOLVE = 32 * 2**10
 # its own Jacobian, a wide network on a small state) would otherwise leave a tape of a
 # few ticks, re-taped or thinned over and over.
 RESIDUAL_RATIO = 4
+# Bytes of a tape row from which the default keeps bare states rather than taped
+# segments for adaptive steps: a large state's row takes about as long to write, page in
+# and read back as its step takes to recompute, and few such rows fit a budget, so short
+# segments re-run earlier ones bare again and again (see benchmarks/README.md: a
+# reaction-diffusion state of 2,000 float64, 160 KB rows, ran in 2.06 of Diffrax's time
+# with taped segments and in 1.04 with bare states).
+LARGE_ROW_BYTES = 64 * 2**10
+
+
+def least_states(bound: int) -> int:
+    """The fewest states the default budget holds for one solve of at most `bound` ticks:
+    with log2(bound) + 1 states, online thinning recomputes a tick only a few times for
+    any solve within the bound (the binomial count C(s + r, s) passes the bound for a
+    small r). A fixed budget would otherwise hold two states of a large state (a
+    discretised field saved at given times), and recompute quadratically."""
+    return math.ceil(math.log2(max(bound, 2))) + 1
 
 
 class AbstractAdjoint(eqx.Module):
@@ -214,7 +230,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       unknown number (adaptive steps), taped segments: the longest tape of steps that
       fits beside the states before its segments (before each segment of the bound, or
       at most 8, thinned as the loop runs), so that a solve that ends within one
-      segment recomputes nothing; where a step's residuals are so much larger than a
+      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES` (then bare
+      states, thinned online); where a step's residuals are so much larger than a
       state that bare states hold `RESIDUAL_RATIO` times as many ticks, bare states,
       each tick's VJP recomputed from its state; failing those, as many states as
       fit. A count of at least the loop's bound tapes. With a count and a known number
@@ -223,7 +240,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       as the states taken so far fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
-      4 MiB, and at least 32 KiB per sample (more than 128 samples get more). A tape of
+      4 MiB, at least 32 KiB per sample (more than 128 samples get more), and at least
+      `least_states` states per sample (log2 of `max_steps` plus save times, plus 1). A tape of
       every step is sized for `max_steps`, so a lower `max_steps` lets more solves tape;
       taped segments are sized by the budget alone.
     - `schedule`: None (default) chooses as above; a schedule forces one: `Tape()`
@@ -277,6 +295,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         per_state = per_tick = per_slot = carry_bytes(init)
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
+        if self.memory_budget is None:
+            per_solve = max(per_solve, least_states(bound) * per_state)
         chosen = self.chosen_schedule()
         if chosen is not None:
             sizing = Sizing(
@@ -296,8 +316,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
                 states = min(per_solve // max(per_state, 1), bound)
                 length = 0 if segments is None or segments.length is None else segments.length
-                if segments is not None and RESIDUAL_RATIO * length >= states:
+                large_rows = per_tick >= LARGE_ROW_BYTES
+                if segments is not None and not large_rows and RESIDUAL_RATIO * length >= states:
                     return segments
+                if states >= 2 and large_rows:
+                    return States(states)
                 if states >= max(2, RESIDUAL_RATIO * per_solve // max(per_slot, 1)):
                     return States(states)
                 if segments is not None:

@@ -1,6 +1,7 @@
 """A field driven by a control path, solved as the ODE it is when the path is smooth."""
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -9,6 +10,9 @@ import jax.tree_util as jtu
 from ._flat import PyTree, RealScalarLike
 from ._path import AbstractPath
 from ._term import AbstractTerm, ODETerm
+
+_VF = TypeVar("_VF")  # the field's value, for annotations (as Diffrax's ControlTerm)
+_Control = TypeVar("_Control")  # the control's increment
 
 
 def _contract(vf: PyTree, control: PyTree) -> PyTree:
@@ -19,7 +23,7 @@ def _contract(vf: PyTree, control: PyTree) -> PyTree:
     )
 
 
-class ControlTerm(AbstractTerm):
+class ControlTerm(AbstractTerm[_VF, _Control]):
     """dy = vector_field(t, y, args) · dx(t) for a control path `x`, as Diffrax's class of
     that name: the field returns, per leaf of y, an array of shape
     `y.shape + x.shape` that acts on dx by a sum over x's axes.

@@ -1,7 +1,7 @@
 """`AbstractPath`: a function of time on an interval, as Diffrax names it."""
 
 import abc
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -11,11 +11,14 @@ from equinox import AbstractVar
 from ._flat import PyTree, RealScalarLike
 from ._time import as_times
 
+_Value = TypeVar("_Value")  # what the path's evaluation returns, for annotations
 
-class AbstractPath(eqx.Module):
+
+class AbstractPath(eqx.Module, Generic[_Value]):
     """A path x(t) on [t0, t1]: interpolated data, a forcing term, a step's dense
     output. Subclasses give `t0`, `t1` and `evaluate`; `derivative` defaults to the
-    forward-mode derivative of `evaluate`."""
+    forward-mode derivative of `evaluate`. Generic over the value of x(t), as Diffrax's
+    is: `AbstractPath[Float[Array, "2"]]` annotates a path of 2-vectors."""
 
     t0: AbstractVar[Any]
     t1: AbstractVar[Any]

@@ -621,3 +621,21 @@ def test_rejected_steps_are_stored_and_landed_on():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="store_rejected_steps"):
             ode.ClipStepSizeController(PID, store_rejected_steps=bad)
+
+
+def test_paths_and_control_terms_are_generic_as_in_diffrax():
+    """Diffrax's own tests annotate a path as `AbstractPath[Shaped[Array, "2"]]`."""
+    from jaxtyping import Array, Shaped
+
+    class Control(ode.AbstractPath[Shaped[Array, "2"]]):
+        t0 = 0.0
+        t1 = 1.0
+
+        def evaluate(self, t0, t1=None, left=True):
+            return jnp.array([1.0, 2.0]) * (t0 if t1 is None else t1 - t0)
+
+    term = ode.ControlTerm[Array, Array](lambda t, y, args: jnp.ones((3, 2)), Control())
+    y = jnp.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(term.vf_prod(0.0, y, None, term.contr(0.0, 0.5)), [1.5] * 3)
+    with pytest.raises(TypeError):
+        ode.ControlTerm[Array]  # two parameters, as Diffrax's
