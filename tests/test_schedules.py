@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import odesolve as ode
+from adjoints._adjoint import least_states
 from adjoints._loop import Loop
-from adjoints._schedule import Nested, Online, Segments, forward_steps, next_checkpoint
+from adjoints._schedule import Nested, Online, Segments, States, forward_steps, next_checkpoint
 from adjoints._schedule.nested import _bytes, _smallest
 
 # ------------------------------------------------------------------ binomial rule
@@ -442,3 +443,21 @@ def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
     assert thinned == Segments(24, 4116, 8)
     small = ode.RecursiveCheckpointAdjoint(memory_budget=2**20)
     assert isinstance(small.choose_schedule(_adaptive_loop(), state, batch_size=1024), Online)
+
+
+def test_a_large_state_keeps_bare_states_and_never_fewer_than_log2_of_the_bound():
+    # A discretised field saved at given times carries its dense output: a state of
+    # 1.6 MB. The default budget still holds log2(4116) + 1 = 14 of them (4 MiB would hold
+    # two, recomputed quadratically), bare: tape rows of 64 KiB or more are not taped.
+    default = ode.RecursiveCheckpointAdjoint()
+    large = jnp.zeros(400_000, jnp.float32)
+    assert least_states(4116) == 14
+    assert default.choose_schedule(_adaptive_loop(), large) == States(14)
+    # 160 KB: the 4 MiB budget holds 26, and keeps them bare rather than 16 taped rows.
+    assert default.choose_schedule(_adaptive_loop(), jnp.zeros(40_000, jnp.float32)) == States(26)
+    # A budget the caller sets is kept, however large the state.
+    small = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
+    assert small.choose_schedule(_adaptive_loop(), large) == States(2)
+    # Rows under 64 KiB are taped in segments as before.
+    chosen = default.choose_schedule(_adaptive_loop(), jnp.zeros(4_000, jnp.float32))
+    assert isinstance(chosen, Segments)
