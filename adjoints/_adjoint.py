@@ -319,9 +319,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 large_rows = per_tick >= LARGE_ROW_BYTES
                 if segments is not None and not large_rows and RESIDUAL_RATIO * length >= states:
                     return segments
-                if states >= 2 and large_rows:
-                    return States(states)
-                if states >= max(2, RESIDUAL_RATIO * per_solve // max(per_slot, 1)):
+                many = states >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
+                if states >= 2 and (large_rows or many):
                     return States(states)
                 if segments is not None:
                     return segments

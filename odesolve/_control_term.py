@@ -1,7 +1,6 @@
 """A field driven by a control path, solved as the ODE it is when the path is smooth."""
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -9,10 +8,7 @@ import jax.tree_util as jtu
 
 from ._flat import PyTree, RealScalarLike
 from ._path import AbstractPath
-from ._term import AbstractTerm, ODETerm
-
-_VF = TypeVar("_VF")  # the field's value, for annotations (as Diffrax's ControlTerm)
-_Control = TypeVar("_Control")  # the control's increment
+from ._term import _VF, AbstractTerm, ODETerm, _Control
 
 
 def _contract(vf: PyTree, control: PyTree) -> PyTree:
