@@ -171,6 +171,7 @@ def _diffeqsolve(
     discrete_terminating_event: AbstractDiscreteTerminatingEvent | None,
 ) -> Solution:
     """`diffeqsolve` after its cheap checks, up to the solution (not yet raised on)."""
+    solver.prepare(y0)
     # A solver written in Diffrax's interface (`init`/`step`) runs through an adapter.
     solver = loop_solver(solver)
     check_outputs(adjoint, saveat)

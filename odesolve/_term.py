@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar, get_origin
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
@@ -34,6 +35,14 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
 
     def vf_prod(self, t: RealScalarLike, y: PyTree, args: PyTree, control: _Control) -> PyTree:
         return self.prod(self.vf(t, y, args), control)
+
+    def is_vf_expensive(
+        self, t0: RealScalarLike, t1: RealScalarLike, y: PyTree, args: PyTree
+    ) -> bool:
+        """Whether the field alone costs more than its product with a control. A
+        Runge-Kutta method's `init` then carries no field value into the first step
+        (it gives None), as Diffrax's does; its `step` evaluates it."""
+        return False
 
 
 class ODETerm(AbstractTerm[_VF, RealScalarLike]):
@@ -82,6 +91,11 @@ class MultiTerm(AbstractTerm[tuple, tuple], Generic[_Terms]):
     def prod(self, vf: tuple, control: tuple) -> PyTree:
         return _sum([term.prod(v, c) for term, v, c in zip(self.terms, vf, control)])
 
+    def is_vf_expensive(
+        self, t0: RealScalarLike, t1: RealScalarLike, y: PyTree, args: PyTree
+    ) -> bool:
+        return any(term.is_vf_expensive(t0, t1, y, args) for term in self.terms)
+
 
 def _sum(trees: list[PyTree]) -> PyTree:
     """Leafwise sum of PyTrees of one structure."""
@@ -96,10 +110,28 @@ class _Summed(eqx.Module):
         return _sum([term.vf(t, y, args) for term in self.terms])
 
 
+class _RateOfControl(eqx.Module):
+    # A term written with its own control (`vf`, `contr`, `prod`) as an ODE's field:
+    # dy/dt = prod(vf(t, y, args), dc/dt), with dc/dt the rate of contr(t, s) in s at
+    # s = t (prod is linear in the control). For a control of s - t, as a term that
+    # writes an ODE this way has, the steps are those of its increments exactly.
+    term: AbstractTerm
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        t = jnp.asarray(t)
+        _, rate = jax.jvp(lambda s: self.term.contr(t, s), (t,), (jnp.ones_like(t),))
+        return self.term.prod(self.term.vf(t, y, args), rate)
+
+
 def _ode_terms(term: Any) -> tuple[ODETerm, ...] | None:
-    """The ODE terms a term adds up (None if some part of it is not an ODETerm)."""
+    """The ODE terms a term adds up (None if some part of it is not an ODE): a term of
+    the user's own with a control in time is one; a `ControlTerm` becomes one only by
+    its `to_ode()`, which says how its path is differentiated."""
     if isinstance(term, ODETerm):
         return (term,)
+    is_own = isinstance(term, AbstractTerm) and not isinstance(term, MultiTerm)
+    if is_own and not callable(getattr(term, "to_ode", None)):
+        return (ODETerm(_RateOfControl(term)),)
     if isinstance(term, MultiTerm):
         parts = [_ode_terms(t) for t in term.terms]
         if all(p is not None for p in parts):

@@ -115,6 +115,69 @@ def test_a_multi_butcher_tableau_steps_each_term_with_its_tableau():
     ]
 
 
+def _own_term(lib, coeff):
+    """A term written with its own control, as Diffrax's users subclass `AbstractTerm`."""
+
+    class Decay(lib.AbstractTerm):
+        coeff: float
+
+        def vf(self, t, y, args):
+            return {"f": -self.coeff * y["y"]}
+
+        def contr(self, t0, t1, **kwargs):
+            return {"t": t1 - t0}
+
+        def prod(self, vf, control):
+            return {"y": vf["f"] * control["t"]}
+
+    return Decay(coeff)
+
+
+def _double_dopri5_on_a_dict(lib):
+    class DoubleDopri5(lib.AbstractRungeKutta):
+        tableau: ClassVar = lib.MultiButcherTableau(lib.Dopri5.tableau, lib.Dopri5.tableau)
+        calculate_jacobian: ClassVar = lib.CalculateJacobian.never
+
+        @staticmethod
+        def interpolation_cls(*, t0, t1, y0, y1, k):
+            k = {"y": k[0]["y"] + k[1]["y"]}  # reads the state's structure
+            hermite = lib.ThirdOrderHermitePolynomialInterpolation
+            return hermite.from_k(t0=t0, t1=t1, y0=y0, y1=y1, k=k)
+
+        def order(self, terms):
+            return 5
+
+    return DoubleDopri5()
+
+
+def test_an_interpolant_that_reads_the_state_and_terms_with_their_own_control():
+    def solve(lib):
+        terms = lib.MultiTerm(_own_term(lib, 0.3), _own_term(lib, 0.7))
+        y0 = {"y": jnp.array([[1.0, 2.0], [3.0, 4.0]])}
+        sol = lib.diffeqsolve(
+            terms,
+            _double_dopri5_on_a_dict(lib),  # a new class: its dense output is read here
+            0.4,
+            0.9,
+            0.01,
+            y0,
+            saveat=lib.SaveAt(ts=jnp.linspace(0.4, 0.9, 23)),
+            stepsize_controller=lib.PIDController(rtol=1e-8, atol=1e-8),
+        )
+        return sol.ys["y"]
+
+    theirs = solve(diffrax)
+    np.testing.assert_allclose(jax.jit(lambda: solve(ode))(), theirs, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(solve(ode), theirs, rtol=0, atol=1e-12)
+    # Diffrax's private name for Dopri5's dense output, which such classes use.
+    kwargs = dict(t0=0.0, t1=0.5, y0=jnp.ones(2), y1=jnp.full(2, 2.0))
+    k = jnp.arange(14.0).reshape(7, 2) / 10
+    ours = ode._solver.dopri5._Dopri5Interpolation(**kwargs, k=k)
+    reference = diffrax._solver.dopri5._Dopri5Interpolation(**kwargs, k=k)
+    for t in (0.1, 0.25, 0.4):
+        np.testing.assert_allclose(ours.evaluate(t), reference.evaluate(t), rtol=1e-14)
+
+
 def test_both_spellings_name_one_tableau_kind():
     ours = ode.ButcherTableau(
         c=(0.0, 1.0), a=((1.0,),), b=(0.5, 0.5), b_error=(-0.5, 0.5), interp=((1.0, -0.5), (0.0, 0.5)), order=2

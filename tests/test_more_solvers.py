@@ -140,6 +140,29 @@ def test_init_step_func_as_diffrax(pair):
     assert ours.order(None) == theirs.order(None)
 
 
+@pytest.mark.parametrize("solver", [ode.Tsit5(), ode.KenCarp4()], ids=lambda s: type(s).__name__)
+def test_a_term_with_an_expensive_field_carries_nothing_as_in_diffrax(solver):
+    # A Runge-Kutta method's `init` gives None for such a term, and `step` from None
+    # evaluates the field at the step's start: the same step as from `init`'s state.
+    class Expensive(ode.ODETerm):
+        def is_vf_expensive(self, t0, t1, y, args):
+            return True
+
+    parts = (lambda t, y, args: -args * y, lambda t, y, args: jnp.sin(t) * y)
+    expensive = ode.MultiTerm(Expensive(parts[0]), ode.ODETerm(parts[1]))
+    plain = ode.MultiTerm(*map(ode.ODETerm, parts))
+    t0, t1, y0 = jnp.asarray(0.0), jnp.asarray(0.1), jnp.asarray([1.0, 0.5])
+    assert expensive.is_vf_expensive(t0, t1, y0, 1.5)
+    assert not plain.is_vf_expensive(t0, t1, y0, 1.5)
+    assert solver.init(expensive, t0, t1, y0, 1.5) is None
+    from_none = solver.step(expensive, t0, t1, y0, 1.5, None, False)
+    state = solver.init(plain, t0, t1, y0, 1.5)
+    assert (state is not None) == isinstance(solver, ode.Tsit5)  # first same as last
+    from_state = solver.step(plain, t0, t1, y0, 1.5, state, False)
+    for a, b in zip(from_none[:2], from_state[:2]):
+        np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
 def test_step_by_step_equals_diffeqsolve_for_an_implicit_solver():
     solver = ode.Kvaerno5(root_finder=ode.VeryChord(rtol=1e-10, atol=1e-10))
     terms, y0 = ode.ODETerm(field), jnp.asarray([1.0, 0.5])

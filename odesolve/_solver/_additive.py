@@ -236,9 +236,10 @@ def _first_stages(vf: Any, t0: Array, y0: Array, args: PyTree) -> tuple[Array, A
 
 def _carried_or_fresh(fsal: bool, step: StepInput) -> tuple[Array, Array]:
     """Both parts at (t0, y0): carried in `step.state` by first-same-as-last methods,
-    evaluated again after a jump (the right limit) and by every other method."""
+    evaluated again after a jump (the right limit), by every other method, and when a
+    caller of `step` passes no state."""
     fresh = lambda: _first_stages(step.vf, step.t0, step.y0, step.args)
-    if not fsal:
+    if not fsal or step.state is None:
         return fresh()
     if step.made_jump is None:
         return step.state

@@ -229,12 +229,18 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     def advance(self, step: StepInput) -> StepResult:
         """One attempted step."""
 
+    def prepare(self, y0: PyTree) -> None:
+        """Complete what the method could not know before it saw a state: the dense
+        output of a Diffrax-spelled method whose `interpolation_cls` indexes the state
+        (`k["y"]`). Called before stepping; nothing for most methods."""
+
     # ------------------------------------------------- Diffrax's low-level API
 
     def init(
         self, terms: ODETerm, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
     ) -> Any:
         """The solver state before the first step (opaque: pass it to `step`)."""
+        self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
         t, _ = as_times(t0, t1, state=y0)
@@ -252,6 +258,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
+        self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         start, end = as_times(t0, t1, state=y0)
         context = StepContext(None, jnp.ones((), start.dtype), spec)

@@ -3,11 +3,13 @@
 A subclass of `AbstractERK` / `AbstractRungeKutta`, `AbstractDIRK`, `AbstractSDIRK` or
 `AbstractESDIRK` whose `tableau` is Diffrax's `ButcherTableau(...)` or a
 `MultiButcherTableau(...)`, with an `interpolation_cls` and an `order(self, terms)`, has
-its tableau replaced, as the class is made, by the engine's (see `_diffrax_tableau`).
+its tableau replaced by the engine's (see `_diffrax_tableau`) as the class is made, or
+as its first step starts when its `interpolation_cls` reads the state's structure.
 A `MultiButcherTableau` on a class that is not an IMEX method already is stepped by the
 IMEX engine, and the class takes `MultiTerm(first, second)` as Diffrax's does.
 """
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -61,39 +63,64 @@ def _undefined_order(self: Any, terms: Any = None) -> int:
 
 
 def _as_additive(cls: type) -> None:
-    """Step `cls` with the IMEX engine, on a MultiTerm of two terms."""
+    """Step `cls` with the IMEX engine, on a MultiTerm of two terms. A class that is not
+    an implicit method already (Diffrax's `AbstractRungeKutta` with an implicit tableau
+    among its tableaus) gets the engine's Newton settings it does not declare, at their
+    defaults."""
     if not issubclass(cls, AbstractAdditiveRungeKutta):
         for name in _ADDITIVE:
             setattr(cls, name, vars(AbstractAdditiveRungeKutta)[name])
+        for field in dataclasses.fields(AbstractImplicitRungeKutta):
+            if not hasattr(cls, field.name):
+                setattr(cls, field.name, field.default)
     setattr(cls, "term_structure", MultiTerm[tuple[AbstractTerm, AbstractTerm]])
+
+
+def _conversion(cls: type, tableau: Any) -> Callable | None:
+    """The function that turns `cls`'s Diffrax-spelled tableau into the engine's, or
+    None for a tableau in the engine's spelling already."""
+    if isinstance(tableau, spelling.MultiButcherTableau):
+        spelling.check_multi(tableau)
+        _as_additive(cls)
+        return spelling.additive_tableau
+    if type(tableau) is not spelling.ButcherTableau:
+        return None
+    if tableau.implicit and not issubclass(cls, AbstractImplicitRungeKutta):
+        raise TypeError(
+            f"{cls.__name__}: a tableau with a_diagonal is diagonally implicit: "
+            "subclass AbstractESDIRK (or AbstractDIRK, AbstractSDIRK)."
+        )
+    if not tableau.implicit and issubclass(cls, AbstractImplicitRungeKutta):
+        raise TypeError(
+            f"{cls.__name__}: its tableau has no a_diagonal (an explicit method): "
+            "subclass AbstractERK."
+        )
+    return spelling.implicit_tableau if tableau.implicit else spelling.explicit_tableau
+
+
+def _install(cls: type, new: Any) -> None:
+    setattr(cls, "tableau", new)
+    if cls.order is _undefined_order:  # type: ignore[attr-defined]
+        setattr(cls, "error_order", _undefined_order)
 
 
 def adapt(cls: type) -> None:
     """Replace a Diffrax-spelled `tableau` of `cls` by the engine's."""
     tableau = vars(cls).get("tableau")
-    if isinstance(tableau, spelling.MultiButcherTableau):
-        spelling.check_multi(tableau)
-        new: Any = spelling.additive_tableau(tableau, _interpolation_cls(cls), _order(cls))
-        _as_additive(cls)
-    elif type(tableau) is spelling.ButcherTableau and tableau.implicit:
-        if not issubclass(cls, AbstractImplicitRungeKutta):
-            raise TypeError(
-                f"{cls.__name__}: a tableau with a_diagonal is diagonally implicit: "
-                "subclass AbstractESDIRK (or AbstractDIRK, AbstractSDIRK)."
-            )
-        new = spelling.implicit_tableau(tableau, _interpolation_cls(cls), _order(cls))
-    elif type(tableau) is spelling.ButcherTableau:
-        if issubclass(cls, AbstractImplicitRungeKutta):
-            raise TypeError(
-                f"{cls.__name__}: its tableau has no a_diagonal (an explicit method): "
-                "subclass AbstractERK."
-            )
-        new = spelling.explicit_tableau(tableau, _interpolation_cls(cls), _order(cls))
-    else:
+    convert = _conversion(cls, tableau)
+    if convert is None:
         return
-    setattr(cls, "tableau", new)
-    if cls.order is _undefined_order:  # type: ignore[attr-defined]
-        setattr(cls, "error_order", _undefined_order)
+    interpolation_cls, order = _interpolation_cls(cls), _order(cls)
+    try:
+        _install(cls, convert(tableau, interpolation_cls, order))
+    except spelling.ProbeFailed:
+        # The interpolant reads the state's structure (it indexes `k["y"]`, say), so
+        # its coefficients are read on the first state the method steps instead.
+        def prepare(self: Any, y0: Any) -> None:
+            if vars(cls)["tableau"] is tableau:
+                _install(cls, convert(tableau, interpolation_cls, order, y0))
+
+        setattr(cls, "prepare", prepare)
 
 
 TABLEAU_SPELLINGS.append(adapt)

@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 
 from . import _tableau
@@ -211,29 +212,74 @@ def check_multi(tableau: MultiButcherTableau) -> None:
 # ------------------------------------------------------------- dense output
 
 
-def _stage_probe(interpolation_cls: Callable, s: int, parts: int, part: int, i: int, y1) -> Any:
+class NotAPolynomial(ValueError):
+    """`interpolation_cls` builds something other than a method's dense output."""
+
+
+class ProbeFailed(TypeError):
+    """`interpolation_cls` raised when built or evaluated on the probing state."""
+
+
+def _stage_probe(
+    interpolation_cls: Callable, s: int, parts: int, part: int, i: int, y1: float, like: Any
+) -> Any:
     """The interpolant of a step of size 1 from y0 = 0 whose only nonzero stage is
-    stage i of `part` (value 1), as `interpolation_cls` builds it."""
-    ks = [jnp.zeros(s) for _ in range(parts)]
-    ks[part] = ks[part].at[i].set(1.0)
+    stage i of `part` (value 1), as `interpolation_cls` builds it, on a state with the
+    structure of `like` and a scalar for each of its leaves."""
+    treedef, n = jtu.tree_structure(like), len(jtu.tree_leaves(like))
+    fill = lambda x: jtu.tree_unflatten(treedef, [x] * n)
+    ks = [fill(jnp.zeros(s)) for _ in range(parts)]
+    ks[part] = fill(jnp.zeros(s).at[i].set(1.0))
     k = ks[0] if parts == 1 else tuple(ks)
-    return interpolation_cls(t0=0.0, t1=1.0, y0=jnp.zeros(()), y1=jnp.asarray(y1), k=k)
+    y0 = fill(jnp.zeros(()))
+    return interpolation_cls(t0=0.0, t1=1.0, y0=y0, y1=fill(jnp.asarray(y1)), k=k)
 
 
-def interpolation_rows(interpolation_cls: Callable, bs: list[np.ndarray]) -> list[tuple]:
+def _value(interpolation_cls: Callable, path: Any, t: float) -> float:
+    """The probe's value at t, one number: every leaf of the state has the same."""
+    values = np.concatenate([np.ravel(x) for x in jtu.tree_leaves(path.evaluate(t))])
+    if values.size == 0 or not np.allclose(values, values[0], rtol=0, atol=1e-12):
+        raise NotAPolynomial(
+            f"interpolation_cls={interpolation_cls!r}: it interpolates the leaves of the "
+            "state differently, so odesolve cannot use it as a method's dense output."
+        )
+    return float(values[0])
+
+
+def interpolation_rows(
+    interpolation_cls: Callable, bs: list[np.ndarray], like: Any = 0.0
+) -> list[tuple]:
     """Dense-output coefficients (one (s, degree) table per part) of the interpolant
-    `interpolation_cls(t0=, t1=, y0=, y1=, k=)` builds, read off its values."""
+    `interpolation_cls(t0=, t1=, y0=, y1=, k=)` builds, read off its values on a state
+    with the structure of `like` (a scalar unless the interpolant reads the state's
+    structure, as one that indexes `k["y"]` does)."""
     s, powers = len(bs[0]), np.stack([_NODES ** (p + 1) for p in range(_MAX_DEGREE)], 1)
     tables = []
-    with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
+    # Concrete numbers even when a solve being traced asks for them.
+    with (
+        jax.enable_x64(True),
+        jax.numpy_dtype_promotion("standard"),
+        jax.ensure_compile_time_eval(),
+    ):
         for part, b in enumerate(bs):
             rows = []
             for i in range(s):
-                path = _stage_probe(interpolation_cls, s, len(bs), part, i, b[i])
-                values = np.array([float(path.evaluate(t)) for t in _NODES])
+                try:
+                    path = _stage_probe(interpolation_cls, s, len(bs), part, i, b[i], like)
+                    values = np.array([_value(interpolation_cls, path, t) for t in _NODES])
+                except NotAPolynomial:
+                    raise
+                except Exception as error:
+                    raise ProbeFailed(
+                        f"interpolation_cls={interpolation_cls!r} failed on a step of a "
+                        f"state structured as {jtu.tree_structure(like)} (the error above). "
+                        "It must build the step's interpolant from t0, t1, y0, y1 and k "
+                        "(each leaf of k the stages of that leaf of the state), as "
+                        "Diffrax's interpolation classes do."
+                    ) from error
                 coeffs, *_ = np.linalg.lstsq(powers, values, rcond=None)
                 if not np.allclose(powers @ coeffs, values, rtol=0, atol=1e-10):
-                    raise ValueError(
+                    raise NotAPolynomial(
                         f"interpolation_cls={interpolation_cls!r}: its interpolant is not a "
                         f"polynomial of degree at most {_MAX_DEGREE} in time, linear in the "
                         "stages, so odesolve cannot use it as a method's dense output."
@@ -248,10 +294,13 @@ def interpolation_rows(interpolation_cls: Callable, bs: list[np.ndarray]) -> lis
 # ------------------------------------------------------------- conversions
 
 
-def explicit_tableau(tableau: ButcherTableau, interpolation_cls: Callable, order: int) -> Any:
-    """Diffrax's explicit tableau as odesolve's, its dense output from `interpolation_cls`."""
+def explicit_tableau(
+    tableau: ButcherTableau, interpolation_cls: Callable, order: int, like: Any = 0.0
+) -> Any:
+    """Diffrax's explicit tableau as odesolve's, its dense output from `interpolation_cls`
+    (probed on a state like `like`)."""
     parts = _parts(tableau)
-    (interp,) = interpolation_rows(interpolation_cls, [parts.b])
+    (interp,) = interpolation_rows(interpolation_cls, [parts.b], like)
     return _tableau.ButcherTableau(
         c=tuple(parts.c),
         a=tuple(tuple(parts.a[i, :i]) for i in range(1, len(parts.b))),
@@ -262,7 +311,9 @@ def explicit_tableau(tableau: ButcherTableau, interpolation_cls: Callable, order
     )
 
 
-def implicit_tableau(tableau: ButcherTableau, interpolation_cls: Callable, order: int) -> Any:
+def implicit_tableau(
+    tableau: ButcherTableau, interpolation_cls: Callable, order: int, like: Any = 0.0
+) -> Any:
     """Diffrax's diagonally implicit tableau as odesolve's ESDIRK tableau: an explicit
     first stage, one diagonal coefficient after it, stiffly accurate (b the last row)."""
     parts = _parts(tableau)
@@ -273,7 +324,7 @@ def implicit_tableau(tableau: ButcherTableau, interpolation_cls: Callable, order
             "first stage, one diagonal coefficient after it, and b_sol equal to the last "
             "row (stiffly accurate ESDIRK methods, as Kvaerno's); this tableau is not one."
         )
-    (interp,) = interpolation_rows(interpolation_cls, [parts.b])
+    (interp,) = interpolation_rows(interpolation_cls, [parts.b], like)
     return _tableau.ImplicitTableau(
         c=tuple(parts.c),
         a=tuple(tuple(parts.a[i, :i]) for i in range(1, len(parts.b))),
@@ -285,11 +336,13 @@ def implicit_tableau(tableau: ButcherTableau, interpolation_cls: Callable, order
     )
 
 
-def additive_tableau(tableau: MultiButcherTableau, interpolation_cls: Callable, order: int) -> Any:
+def additive_tableau(
+    tableau: MultiButcherTableau, interpolation_cls: Callable, order: int, like: Any = 0.0
+) -> Any:
     """Diffrax's MultiButcherTableau(explicit, implicit) as an `AdditiveTableau`."""
     check_multi(tableau)
     explicit, implicit = (_parts(t) for t in tableau.tableaus)
-    interp = interpolation_rows(interpolation_cls, [explicit.b, implicit.b])
+    interp = interpolation_rows(interpolation_cls, [explicit.b, implicit.b], like)
     return AdditiveTableau(
         c_explicit=tuple(explicit.c),
         c_implicit=tuple(implicit.c),

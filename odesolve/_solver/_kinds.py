@@ -49,3 +49,6 @@ class AbstractWrappedSolver(AbstractSolver):
 
     wraps_solver: ClassVar[bool] = True
     solver: eqx.AbstractVar[AbstractSolver]
+
+    def prepare(self, y0: Any) -> None:
+        self.solver.prepare(y0)

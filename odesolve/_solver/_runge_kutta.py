@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Bool, Float
 
-from .._flat import PyTree, in_state_dtype
+from .._flat import PyTree, RealScalarLike, in_state_dtype
 from .._term import ODETerm
 from ._base import AbstractSolver, Field, StartInput, StepContext, StepInput, StepResult
 from ._tableau import ButcherTableau, ImplicitTableau
@@ -143,6 +143,15 @@ class AbstractTableauMethod(AbstractSolver):
     def start(self, first: StartInput) -> Any:
         return first.k0 if self.tableau.fsal else None
 
+    def init(
+        self, terms: Any, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
+    ) -> Any:
+        # As Diffrax's: a term whose field alone is expensive carries nothing.
+        if terms.is_vf_expensive(t0, t1, y0, args):
+            self.prepare(y0)
+            return None
+        return super().init(terms, t0, t1, y0, args)
+
     def advance(self, step: StepInput) -> StepResult:
         k0 = _first_stage(self.tableau.fsal, step)
         out = self.stages(
@@ -164,9 +173,10 @@ class AbstractTableauMethod(AbstractSolver):
 
 def _first_stage(fsal: bool, step: StepInput) -> Float[Array, " n"]:
     """f(t0, y0): carried in `step.state` by first-same-as-last methods, and evaluated
-    again after a jump (the step then starts just past it, and this is the right limit)."""
+    again after a jump (the step then starts just past it, and this is the right limit)
+    or when a caller of `step` passes no state (`init` gives none for an expensive field)."""
     at_start = lambda: step.vf.at_start(step.t0, step.y0, step.args)
-    if not fsal:
+    if not fsal or step.state is None:
         return at_start()
     if step.made_jump is None:
         return step.state

@@ -4,6 +4,11 @@ practical Runge-Kutta formulas", Math. Comp. 46 (1986) 135-150 (as in Hairer-Nor
 I, sec. II.6).
 """
 
+from typing import ClassVar
+
+import numpy as np
+
+from .._local_interpolation import FourthOrderPolynomialInterpolation
 from ._runge_kutta import AbstractRungeKutta
 from ._tableau import ButcherTableau, as_floats
 
@@ -59,6 +64,16 @@ _DOPRI5 = ButcherTableau(
     interp=_interp,
     order=5,
 )
+
+
+class _Dopri5Interpolation(FourthOrderPolynomialInterpolation):
+    """Dopri5's dense output as an interpolation class, under Diffrax's name for it
+    (user methods built from Dopri5's stages use it as their `interpolation_cls`). Its
+    midpoint weights are the tableau's interpolant at theta = 1/2."""
+
+    c_mid: ClassVar[np.ndarray] = np.array(  # type: ignore[misc]  # as in Diffrax
+        [sum(c * 0.5 ** (p + 1) for p, c in enumerate(row)) for row in _interp]
+    )
 
 
 class Dopri5(AbstractRungeKutta):
