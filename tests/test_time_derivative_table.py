@@ -7,8 +7,9 @@ event that ends the solve. Each derivative is checked against central difference
 own solves (up to their truncation error) and against forward mode through the plain loop,
 which differentiates the same discretisation and shares no code with a reverse sweep.
 
-The suite runs every input with one solver (every solver with two inputs) and three
-adjoints; `pytest -m matrix` runs the whole product.
+The suite runs each input but two (the start and `step_ts`, which differentiate as the end
+and `jump_ts` do) with one explicit solver and three adjoints; `pytest -m matrix` runs
+those two and the whole product.
 """
 
 import functools
@@ -175,7 +176,21 @@ _COVERING = [(name, _EXPLICIT[i % len(_EXPLICIT)]) for i, name in enumerate(TIME
 _ALL = list(itertools.product(TIME_INPUTS, SOLVERS))
 
 
-@pytest.mark.parametrize("time_input, solver", _COVERING, ids=str)
+# The start and the step_ts cases differentiate as the end and the jump_ts ones do (a
+# time of the solve's grid): with `-m matrix`.
+_SHARED_PATHS = {"t0", "step_ts"}
+
+
+@pytest.mark.parametrize(
+    "time_input, solver",
+    [
+        pytest.param(name, solver, marks=pytest.mark.matrix)
+        if name in _SHARED_PATHS
+        else (name, solver)
+        for name, solver in _COVERING
+    ],
+    ids=str,
+)
 def test_time_derivative(time_input, solver):
     _check(time_input, solver, ("default", "direct", "forward"))
 
