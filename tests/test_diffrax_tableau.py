@@ -215,3 +215,21 @@ def test_tableaus_diffrax_refuses_are_refused():
             c=np.array([1.0]), b_sol=np.array([0.5, 0.6]), b_error=np.zeros(2),
             a_lower=(np.array([1.0]),),
         )  # fmt: skip
+
+
+def test_an_interpolant_that_fails_on_every_state_fails_the_solve_naming_it():
+    class Heun(ode.AbstractERK):
+        tableau = ode.ButcherTableau(
+            c=np.array([1.0]), b_sol=np.array([0.5, 0.5]), b_error=np.array([0.5, -0.5]),
+            a_lower=(np.array([1.0]),),
+        )  # fmt: skip
+
+        @staticmethod
+        def interpolation_cls(*, t0, t1, y0, y1, k):
+            return k["missing"]  # fails on a scalar state and on the solve's own
+
+        def order(self, terms):
+            return 2
+
+    with pytest.raises(TypeError, match="interpolation_cls=.*failed on a step of a state"):
+        ode.diffeqsolve(ode.ODETerm(_field), Heun(), 0.0, 1.0, 0.1, {"y": jnp.ones(2)})

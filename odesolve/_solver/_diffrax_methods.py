@@ -71,7 +71,7 @@ def _as_additive(cls: type) -> None:
         for name in _ADDITIVE:
             setattr(cls, name, vars(AbstractAdditiveRungeKutta)[name])
         for field in dataclasses.fields(AbstractImplicitRungeKutta):
-            if not hasattr(cls, field.name):
+            if not hasattr(cls, field.name) and field.default is not dataclasses.MISSING:
                 setattr(cls, field.name, field.default)
     setattr(cls, "term_structure", MultiTerm[tuple[AbstractTerm, AbstractTerm]])
 

@@ -146,8 +146,10 @@ class AbstractTableauMethod(AbstractSolver):
     def init(
         self, terms: Any, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
     ) -> Any:
-        # As Diffrax's: a term whose field alone is expensive carries nothing.
-        if terms.is_vf_expensive(t0, t1, y0, args):
+        # As Diffrax's: a term whose field alone is expensive carries nothing. (Terms
+        # that are not terms get their error from `super().init`.)
+        expensive = getattr(terms, "is_vf_expensive", None)
+        if expensive is not None and expensive(t0, t1, y0, args):
             self.prepare(y0)
             return None
         return super().init(terms, t0, t1, y0, args)
