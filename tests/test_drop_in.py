@@ -639,3 +639,41 @@ def test_paths_and_control_terms_are_generic_as_in_diffrax():
     np.testing.assert_allclose(term.vf_prod(0.0, y, None, term.contr(0.0, 0.5)), [1.5] * 3)
     with pytest.raises(TypeError):
         ode.ControlTerm[Array]  # two parameters, as Diffrax's
+
+
+class _Decay(ode.AbstractTerm):
+    """dy = -rate * y dt written with its own control, as Diffrax's users write terms."""
+
+    rate: jax.Array
+
+    def vf(self, t, y, args):
+        return {"f": -self.rate * y * jnp.cos(t)}
+
+    def contr(self, t0, t1, **kwargs):
+        return {"t": t1 - t0}
+
+    def prod(self, vf, control):
+        return vf["f"] * control["t"]
+
+
+def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
+    def loss(rate, own, adjoint):
+        term = _Decay(rate) if own else ode.ODETerm(lambda t, y, a: -rate * y * jnp.cos(t))
+        sol = ode.diffeqsolve(
+            term, ode.Tsit5(), 0.0, 2.0, 0.1, jnp.array([1.0, 0.5]), adjoint=adjoint,
+            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
+            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    rates = jnp.array([0.5, 1.0, 2.0])
+    for adjoint in (ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()):
+        ode_grads = jax.vmap(jax.grad(loss), in_axes=(0, None, None))(rates, False, adjoint)
+        own = jax.jit(jax.vmap(jax.grad(loss), in_axes=(0, None, None)), static_argnums=(1, 2))
+        np.testing.assert_allclose(own(rates, True, adjoint), ode_grads, rtol=1e-12)
+    # And against the exact one: y(t) = y0 exp(-rate sin t), so d loss / d rate is
+    # sum over the save times of -2 sin t |y0|^2 exp(-2 rate sin t).
+    ts = np.linspace(0.0, 2.0, 5)
+    exact = np.sum(-2 * np.sin(ts) * 1.25 * np.exp(-2 * 1.0 * np.sin(ts)))
+    gradient = jax.grad(loss)(1.0, True, ode.RecursiveCheckpointAdjoint())
+    np.testing.assert_allclose(gradient, exact, rtol=1e-6)
