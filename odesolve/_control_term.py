@@ -1,14 +1,14 @@
 """A field driven by a control path, solved as the ODE it is when the path is smooth."""
 
 from collections.abc import Callable
+from typing import Any
 
-import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._flat import PyTree, RealScalarLike
 from ._path import AbstractPath
-from ._term import _VF, AbstractTerm, ODETerm, _Control
+from ._term import _VF, AbstractTerm, ODETerm, RateOfControl, _Control
 
 
 def _contract(vf: PyTree, control: PyTree) -> PyTree:
@@ -42,15 +42,9 @@ class ControlTerm(AbstractTerm[_VF, _Control]):
     def prod(self, vf: PyTree, control: PyTree) -> PyTree:
         return _contract(vf, control)
 
+    def _control_rate(self, t: Any) -> PyTree:
+        return self.control.derivative(t)
+
     def to_ode(self) -> ODETerm:
         """This term as `ODETerm(f)` with f(t, y, args) = vector_field(t, y, args) · dx/dt."""
-        return ODETerm(_ControlRate(self))
-
-
-class _ControlRate(eqx.Module):
-    # The field of a ControlTerm times its control's derivative: a module, so the
-    # field's and the path's arrays are parameters that receive gradients.
-    term: ControlTerm
-
-    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
-        return self.term.vf_prod(t, y, args, self.term.control.derivative(t))
+        return ODETerm(RateOfControl(self))

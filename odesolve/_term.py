@@ -36,6 +36,11 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
     def vf_prod(self, t: RealScalarLike, y: PyTree, args: PyTree, control: _Control) -> PyTree:
         return self.prod(self.vf(t, y, args), control)
 
+    def _control_rate(self, t: Any) -> _Control:
+        """dc/dt: the rate of contr(t, s) in s at s = t, for the term as an ODE."""
+        t = jnp.asarray(t)
+        return jax.jvp(lambda s: self.contr(t, s), (t,), (jnp.ones_like(t),))[1]
+
     def is_vf_expensive(
         self, t0: RealScalarLike, t1: RealScalarLike, y: PyTree, args: PyTree
     ) -> bool:
@@ -110,17 +115,16 @@ class _Summed(eqx.Module):
         return _sum([term.vf(t, y, args) for term in self.terms])
 
 
-class _RateOfControl(eqx.Module):
-    # A term written with its own control (`vf`, `contr`, `prod`) as an ODE's field:
-    # dy/dt = prod(vf(t, y, args), dc/dt), with dc/dt the rate of contr(t, s) in s at
-    # s = t (prod is linear in the control). For a control of s - t, as a term that
-    # writes an ODE this way has, the steps are those of its increments exactly.
+class RateOfControl(eqx.Module):
+    """A term as an ODE's field: dy/dt = prod(vf(t, y, args), dc/dt) (prod is linear in
+    the control), dc/dt its `_control_rate`. For a term of the user's own with a control
+    of s - t, the steps are those of its increments exactly; a `ControlTerm` gives its
+    path's derivative. A module, so the term's arrays are parameters with gradients."""
+
     term: AbstractTerm
 
     def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
-        t = jnp.asarray(t)
-        _, rate = jax.jvp(lambda s: self.term.contr(t, s), (t,), (jnp.ones_like(t),))
-        return self.term.prod(self.term.vf(t, y, args), rate)
+        return self.term.vf_prod(t, y, args, self.term._control_rate(t))
 
 
 def _ode_terms(term: Any) -> tuple[ODETerm, ...] | None:
@@ -131,7 +135,7 @@ def _ode_terms(term: Any) -> tuple[ODETerm, ...] | None:
         return (term,)
     is_own = isinstance(term, AbstractTerm) and not isinstance(term, MultiTerm)
     if is_own and not callable(getattr(term, "to_ode", None)):
-        return (ODETerm(_RateOfControl(term)),)
+        return (ODETerm(RateOfControl(term)),)
     if isinstance(term, MultiTerm):
         parts = [_ode_terms(t) for t in term.terms]
         if all(p is not None for p in parts):

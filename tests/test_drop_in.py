@@ -671,6 +671,21 @@ def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
         ode_grads = jax.vmap(jax.grad(loss), in_axes=(0, None, None))(rates, False, adjoint)
         own = jax.jit(jax.vmap(jax.grad(loss), in_axes=(0, None, None)), static_argnums=(1, 2))
         np.testing.assert_allclose(own(rates, True, adjoint), ode_grads, rtol=1e-12)
+    # The other orders users write: grad(vmap), jacrev, nested vmap, jit(jvp).
+    default = ode.RecursiveCheckpointAdjoint()
+    per_rate = lambda own: lambda r: jax.vmap(lambda x: loss(x, own, default))(r)
+    orders = {
+        "grad(vmap)": lambda own: jax.grad(lambda r: jnp.sum(per_rate(own)(r)))(rates),
+        "jacrev": lambda own: jnp.diag(jax.jacrev(per_rate(own))(rates)),
+        "vmap(vmap(grad))": lambda own: jax.vmap(
+            jax.vmap(jax.grad(loss), in_axes=(0, None, None)), in_axes=(0, None, None)
+        )(rates.reshape(3, 1), own, default).ravel(),
+        "jit(jvp)": lambda own: jax.jit(
+            lambda r: jax.jvp(lambda x: loss(x, own, ode.ForwardMode()), (r,), (1.0,))[1]
+        )(rates[1]),
+    }
+    for name, order in orders.items():
+        np.testing.assert_allclose(order(True), order(False), rtol=1e-12, err_msg=name)
     # And against the exact one: y(t) = y0 exp(-rate sin t), so d loss / d rate is
     # sum over the save times of -2 sin t |y0|^2 exp(-2 rate sin t).
     ts = np.linspace(0.0, 2.0, 5)

@@ -81,7 +81,6 @@ def _conversion(cls: type, tableau: Any) -> Callable | None:
     None for a tableau in the engine's spelling already."""
     if isinstance(tableau, spelling.MultiButcherTableau):
         spelling.check_multi(tableau)
-        _as_additive(cls)
         return spelling.additive_tableau
     if type(tableau) is not spelling.ButcherTableau:
         return None
@@ -110,6 +109,8 @@ def adapt(cls: type) -> None:
     convert = _conversion(cls, tableau)
     if convert is None:
         return
+    if convert is spelling.additive_tableau:
+        _as_additive(cls)
     interpolation_cls, order = _interpolation_cls(cls), _order(cls)
     try:
         _install(cls, convert(tableau, interpolation_cls, order))
