@@ -9,10 +9,12 @@ with its own arrays (a Module's parameters) and the values it closed over as lea
 Every later call evaluates the jaxpr: the user's Python runs once per solve however
 many steps, sweeps and transformations trace the loop.
 
-Outside any trace the jaxpr is kept for functions of the same structure (the same
-function, or a Module of the same type and shapes with new values), so a notebook that
-solves again and again reuses one compilation. As with `jax.jit`, a function must then
-be pure: one that reads a global changed between calls is not traced again.
+The jaxpr is kept for functions of the same structure (the same function, or a Module
+of the same type and shapes with new values) called with arguments of the same shapes,
+so a notebook that solves again and again, or differentiates an eager solve again and
+again, reuses one compilation; a trace that captured a tracer is never kept. As with
+`jax.jit`, a function must then be pure: one that reads a global changed between calls
+is not traced again.
 """
 
 import collections
@@ -109,11 +111,10 @@ _kept: collections.OrderedDict[Hashable, TracedFunction] = collections.OrderedDi
 
 def _key(fn: Callable, example_args: tuple) -> Hashable | None:
     """What the trace depends on: `fn`'s structure and non-array leaves, and the
-    arguments' record. None when that is not hashable, or something is traced (an
-    input, an array of `fn`, or a `jit` under way, where a new array is a tracer)."""
-    arrays = [x for x in jtu.tree_leaves((fn, example_args)) if eqx.is_array(x)]
-    if not (all(is_concrete(x) for x in arrays) and is_concrete(jnp.zeros(()))):
-        return None
+    arguments' record, or None when that is not hashable. Arrays, of `fn` or of the
+    arguments, count by shape and dtype only, traced or not: the trace takes them as its
+    inputs, so an eager `grad` or `vmap` around the solve finds the trace kept by its
+    last call, and the solve's `jit` finds its compiled program."""
     key = (shape_record(fn), shape_record(example_args))
     try:
         hash(key)
@@ -129,9 +130,10 @@ def trace_once(fn: Callable, *example_args: PyTree) -> TracedFunction:
     kept = None if key is None else _kept.get(key)
     if kept is None:
         traced = _trace(fn, example_args)
-        # A closure over a tracer (of an eager `grad`) must never be kept.
+        # A closure over a tracer (of an eager `grad`) must never be kept, nor the
+        # function's own arrays, which may be tracers: each call brings its own.
         if key is not None and all(is_concrete(c) for c in traced.captured):
-            _kept[key] = traced
+            _kept[key] = eqx.tree_at(lambda f: f.own, traced, [])
             while len(_kept) > _SIZE:
                 _kept.popitem(last=False)
         return traced

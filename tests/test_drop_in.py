@@ -656,22 +656,36 @@ class _Decay(ode.AbstractTerm):
         return vf["f"] * control["t"]
 
 
-def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
-    def loss(rate, own, adjoint):
-        term = _Decay(rate) if own else ode.ODETerm(lambda t, y, a: -rate * y * jnp.cos(t))
-        sol = ode.diffeqsolve(
-            term, ode.Tsit5(), 0.0, 2.0, 0.1, jnp.array([1.0, 0.5]), adjoint=adjoint,
-            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
-            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
-        )  # fmt: skip
-        return jnp.sum(sol.ys**2)
+def _own_term_loss(rate, own, adjoint):
+    """The same decay as a term of one's own (`own`) or as an ODETerm."""
+    term = _Decay(rate) if own else ode.ODETerm(lambda t, y, a: -rate * y * jnp.cos(t))
+    sol = ode.diffeqsolve(
+        term, ode.Tsit5(), 0.0, 2.0, 0.1, jnp.array([1.0, 0.5]), adjoint=adjoint,
+        saveat=ode.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
+        stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+    )  # fmt: skip
+    return jnp.sum(sol.ys**2)
 
+
+def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
+    loss = _own_term_loss
     rates = jnp.array([0.5, 1.0, 2.0])
     for adjoint in (ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()):
         ode_grads = jax.vmap(jax.grad(loss), in_axes=(0, None, None))(rates, False, adjoint)
         own = jax.jit(jax.vmap(jax.grad(loss), in_axes=(0, None, None)), static_argnums=(1, 2))
         np.testing.assert_allclose(own(rates, True, adjoint), ode_grads, rtol=1e-12)
-    # The other orders users write: grad(vmap), jacrev, nested vmap, jit(jvp).
+    # And against the exact one: y(t) = y0 exp(-rate sin t), so d loss / d rate is
+    # sum over the save times of -2 sin t |y0|^2 exp(-2 rate sin t).
+    ts = np.linspace(0.0, 2.0, 5)
+    exact = np.sum(-2 * np.sin(ts) * 1.25 * np.exp(-2 * 1.0 * np.sin(ts)))
+    gradient = jax.grad(loss)(1.0, True, ode.RecursiveCheckpointAdjoint())
+    np.testing.assert_allclose(gradient, exact, rtol=1e-6)
+
+
+@pytest.mark.matrix  # vmap(grad) and jit, by both adjoints, stay in the suite
+def test_a_term_of_ones_own_in_every_transformation_order():
+    loss = _own_term_loss
+    rates = jnp.array([0.5, 1.0, 2.0])
     default = ode.RecursiveCheckpointAdjoint()
     per_rate = lambda own: lambda r: jax.vmap(lambda x: loss(x, own, default))(r)
     orders = {
@@ -686,9 +700,3 @@ def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
     }
     for name, order in orders.items():
         np.testing.assert_allclose(order(True), order(False), rtol=1e-12, err_msg=name)
-    # And against the exact one: y(t) = y0 exp(-rate sin t), so d loss / d rate is
-    # sum over the save times of -2 sin t |y0|^2 exp(-2 rate sin t).
-    ts = np.linspace(0.0, 2.0, 5)
-    exact = np.sum(-2 * np.sin(ts) * 1.25 * np.exp(-2 * 1.0 * np.sin(ts)))
-    gradient = jax.grad(loss)(1.0, True, ode.RecursiveCheckpointAdjoint())
-    np.testing.assert_allclose(gradient, exact, rtol=1e-6)

@@ -1,6 +1,9 @@
 """Solves called outside any `jit`, as in a notebook: a repeated call with the same field
 traces nothing again, and whatever is traced is still checked and converted."""
 
+import functools
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,3 +127,39 @@ def test_save_times_traced_inside_jit_are_not_kept():
     with jax.checking_leaks():
         ys = jax.jit(solve)(ts)
     np.testing.assert_allclose(ys[:, 0], np.exp(-ts), rtol=1e-5)
+
+
+class _Decay(eqx.Module):
+    rate: jax.Array
+
+    def __call__(self, t, y, args):
+        return -self.rate * y
+
+
+def test_an_eager_gradient_or_vmap_compiles_once():
+    # As Diffrax's `filter_jit`: `grad` or `vmap` called outside `jit` traces the solve
+    # with tracers for inputs; later calls with new values reuse its compilation.
+    pid = ode.PIDController(rtol=1e-8, atol=1e-8)
+    field = ode.ODETerm(lambda t, y, args: -args * y)
+
+    def by_args(rate):
+        return ode.diffeqsolve(
+            field, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), rate, stepsize_controller=pid
+        ).ys[-1, 0]
+
+    def by_module(rate):
+        term = ode.ODETerm(_Decay(rate))
+        return ode.diffeqsolve(
+            term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), stepsize_controller=pid
+        ).ys[-1, 0]
+
+    rates = [jnp.asarray(r) for r in (0.5, 1.0, 2.0)]
+    inputs = {jax.grad: lambda r: r, jax.vmap: lambda r: r * jnp.ones(3)}
+    for loss in (by_args, by_module):
+        for transform, given in inputs.items():
+            calls = [functools.partial(transform(loss), given(r)) for r in rates]
+            compiles = _compile_events(calls)
+            assert compiles[0] and compiles[1:] == [[], []], (loss.__name__, compiles)
+        for r in rates:  # y(1) = exp(-rate): d/d rate = -exp(-rate)
+            np.testing.assert_allclose(jax.grad(loss)(r), -np.exp(-r), rtol=1e-6)
+            np.testing.assert_allclose(jax.vmap(loss)(r * jnp.ones(3)), np.exp(-r), rtol=1e-6)
