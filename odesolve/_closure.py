@@ -23,7 +23,6 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from adjoints import is_concrete
