@@ -45,8 +45,12 @@ def batch_size(*trees: PyTree) -> int:
     product of the sizes of the nested `vmap`s over which some array leaf of `trees` is
     batched (1 if none). A `vmap` outside an enclosing `jax.jit` is not seen: the jitted
     function is traced for one sample."""
-    leaves = [x for x in jtu.tree_leaves(trees) if eqx.is_array(x)]
-    if all(is_concrete(x) for x in leaves):  # no leaf is batched: skip the probe's trace
+    # A known value is batched by no `vmap`; nor is a traced one whose primal, with the
+    # tangents of an eager `grad` stripped, is known. The probe is traced on every call:
+    # skipped, an eager gradient's call costs about a millisecond less.
+    traced = [x for x in jtu.tree_leaves(trees) if eqx.is_array(x) and not is_concrete(x)]
+    primals = [jax.lax.stop_gradient(x) for x in traced]
+    primals = [x for x in primals if not is_concrete(x)]
+    if not primals:
         return 1
-    leaves = [jax.lax.stop_gradient(x) for x in leaves]
-    return _probe(leaves).shape[0]
+    return _probe(primals).shape[0]

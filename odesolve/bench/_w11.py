@@ -5,7 +5,8 @@ A small problem's compiled solve takes tens of microseconds, so what a call does
 it (checking and normalising its inputs, finding the compiled program, returning the
 solution) is the cost a user sees. Each timed call is a loop of `CALLS` solves of
 Lotka-Volterra (Tsit5, PID 1e-6), with the save times as a Python-number end (`t1`) or as
-an array of times (`SaveAt(ts=...)`, checked on every call).
+an array of times (`SaveAt(ts=...)`, checked on every call), or of `CALLS` gradients by
+`jax.grad` outside `jit` (`grad`).
 """
 
 import functools
@@ -51,6 +52,25 @@ def _loop_of_calls(lib, ts):
     return calls
 
 
+def _loop_of_gradients(lib):
+    """`CALLS` eager gradients of the end state's sum with respect to the rates, as a
+    script that differentiates without `jit` calls them; returns the last one's
+    (gradient, num_steps)."""
+
+    def end_sum(y0, args):
+        ys, steps = _one_solve(lib, y0, args, lib.SaveAt(t1=True))
+        return jnp.sum(ys[-1]), steps
+
+    gradient = jax.grad(end_sum, argnums=1, has_aux=True)
+
+    def calls(y0, args):
+        for _ in range(CALLS):
+            out = jax.block_until_ready(gradient(y0, args))
+        return out
+
+    return calls
+
+
 def _entry(name: str, lib, ts) -> Entry:
     return Entry(name, lambda rows: _loop_of_calls(lib, ts), eager=True)
 
@@ -65,6 +85,15 @@ def cases(size, peers: dict) -> list[Case]:
         ref = reference.solution(lotka_volterra, y0, 0.0, (T1,) if ts is None else ts, args)
         error = functools.partial(reference.max_abs_error, reference=ref)
         out.append(Case("W11", f"W11 {label}", (y0, args), entries, error, "max |ys - ys_ref|"))
+    entries = tuple(
+        Entry(name, lambda rows, lib=peers[name]: _loop_of_gradients(lib), eager=True)
+        for name in DIFFRAX_API
+        if name in peers
+    )
+    loss = lambda ys: jnp.sum(ys[-1])
+    ref = reference.sensitivity_gradient(lotka_volterra, y0, 0.0, (T1,), args, loss)
+    error = functools.partial(reference.max_rel_error, reference=ref)
+    out.append(Case("W11", "W11 grad", (y0, args), entries, error, "max rel. error of the gradient"))
     return out
 
 
@@ -87,7 +116,7 @@ W11: Workload = Workload(
     target=Target(
         "an eager call costs no more than Diffrax's",
         lambda rows: _all_met(
-            [_case_check(rows, case) for case in ("W11 t1", "W11 ts")]
+            [_case_check(rows, case) for case in ("W11 t1", "W11 ts", "W11 grad")]
         ),
         ratio=1.0,
     ),
