@@ -93,7 +93,8 @@ def cases(size, peers: dict) -> list[Case]:
     loss = lambda ys: jnp.sum(ys[-1])
     ref = reference.sensitivity_gradient(lotka_volterra, y0, 0.0, (T1,), args, loss)
     error = functools.partial(reference.max_rel_error, reference=ref)
-    out.append(Case("W11", "W11 grad", (y0, args), entries, error, "max rel. error of the gradient"))
+    what = "max rel. error of the gradient"
+    out.append(Case("W11", "W11 grad", (y0, args), entries, error, what))
     return out
 
 
