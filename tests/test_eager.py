@@ -136,25 +136,26 @@ class _Decay(eqx.Module):
         return -self.rate * y
 
 
-def test_an_eager_gradient_or_vmap_compiles_once():
-    # As Diffrax's `filter_jit`: `grad` or `vmap` called outside `jit` traces the solve
-    # with tracers for inputs; later calls with new values reuse its compilation.
+def test_an_eager_gradient_vmap_or_jvp_compiles_once():
+    # As Diffrax's `filter_jit`: `grad`, `vmap` or `jvp` called outside `jit` traces the
+    # solve with tracers for inputs; later calls with new values reuse its compilation.
     pid = ode.PIDController(rtol=1e-8, atol=1e-8)
     field = ode.ODETerm(lambda t, y, args: -args * y)
+    solve = lambda term, rate, adjoint: ode.diffeqsolve(
+        term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), rate, stepsize_controller=pid,
+        adjoint=adjoint,
+    ).ys[-1, 0]  # fmt: skip
 
-    def by_args(rate):
-        return ode.diffeqsolve(
-            field, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), rate, stepsize_controller=pid
-        ).ys[-1, 0]
+    def by_args(rate, adjoint=ode.RecursiveCheckpointAdjoint()):
+        return solve(field, rate, adjoint)
 
-    def by_module(rate):
-        term = ode.ODETerm(_Decay(rate))
-        return ode.diffeqsolve(
-            term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), stepsize_controller=pid
-        ).ys[-1, 0]
+    def by_module(rate, adjoint=ode.RecursiveCheckpointAdjoint()):
+        return solve(ode.ODETerm(_Decay(rate)), None, adjoint)
 
+    forward = lambda loss: functools.partial(loss, adjoint=ode.ForwardMode())
+    jvp = lambda loss: lambda r: jax.jvp(forward(loss), (r,), (jnp.ones(()),))
+    inputs = {jax.grad: lambda r: r, jax.vmap: lambda r: r * jnp.ones(3), jvp: lambda r: r}
     rates = [jnp.asarray(r) for r in (0.5, 1.0, 2.0)]
-    inputs = {jax.grad: lambda r: r, jax.vmap: lambda r: r * jnp.ones(3)}
     for loss in (by_args, by_module):
         for transform, given in inputs.items():
             calls = [functools.partial(transform(loss), given(r)) for r in rates]
@@ -162,4 +163,5 @@ def test_an_eager_gradient_or_vmap_compiles_once():
             assert compiles[0] and compiles[1:] == [[], []], (loss.__name__, compiles)
         for r in rates:  # y(1) = exp(-rate): d/d rate = -exp(-rate)
             np.testing.assert_allclose(jax.grad(loss)(r), -np.exp(-r), rtol=1e-6)
+            np.testing.assert_allclose(jvp(loss)(r)[1], -np.exp(-r), rtol=1e-6)
             np.testing.assert_allclose(jax.vmap(loss)(r * jnp.ones(3)), np.exp(-r), rtol=1e-6)
