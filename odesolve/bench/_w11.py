@@ -75,6 +75,10 @@ def _entry(name: str, lib, ts) -> Entry:
     return Entry(name, lambda rows: _loop_of_calls(lib, ts), eager=True)
 
 
+def _gradient_entry(name: str, lib) -> Entry:
+    return Entry(name, lambda rows: _loop_of_gradients(lib), eager=True)
+
+
 def cases(size, peers: dict) -> list[Case]:
     """W11's two cases: the end only, and 11 save times given as an array."""
     y0 = jnp.asarray(LOTKA_VOLTERRA_Y0, F64)
@@ -85,11 +89,7 @@ def cases(size, peers: dict) -> list[Case]:
         ref = reference.solution(lotka_volterra, y0, 0.0, (T1,) if ts is None else ts, args)
         error = functools.partial(reference.max_abs_error, reference=ref)
         out.append(Case("W11", f"W11 {label}", (y0, args), entries, error, "max |ys - ys_ref|"))
-    entries = tuple(
-        Entry(name, lambda rows, lib=peers[name]: _loop_of_gradients(lib), eager=True)
-        for name in DIFFRAX_API
-        if name in peers
-    )
+    entries = tuple(_gradient_entry(name, peers[name]) for name in DIFFRAX_API if name in peers)
     loss = lambda ys: jnp.sum(ys[-1])
     ref = reference.sensitivity_gradient(lotka_volterra, y0, 0.0, (T1,), args, loss)
     error = functools.partial(reference.max_rel_error, reference=ref)
