@@ -165,3 +165,46 @@ def test_an_eager_gradient_vmap_or_jvp_compiles_once():
             np.testing.assert_allclose(jax.grad(loss)(r), -np.exp(-r), rtol=1e-6)
             np.testing.assert_allclose(jvp(loss)(r)[1], -np.exp(-r), rtol=1e-6)
             np.testing.assert_allclose(jax.vmap(loss)(r * jnp.ones(3)), np.exp(-r), rtol=1e-6)
+
+
+@pytest.mark.matrix  # grad, vmap and jvp of both kinds of field stay in the suite
+def test_eager_and_jitted_orders_compile_once_and_agree_with_the_exact_derivative():
+    # y(1) = y0 exp(-rate): d/d rate = -y0 exp(-rate).
+    pid = ode.PIDController(rtol=1e-8, atol=1e-8)
+
+    def loss(rate, y0, adjoint=ode.RecursiveCheckpointAdjoint()):
+        term = ode.ODETerm(_Decay(rate))
+        return ode.diffeqsolve(
+            term, ode.Tsit5(), 0.0, 1.0, 0.1, y0 * jnp.ones(2), stepsize_controller=pid,
+            adjoint=adjoint,
+        ).ys[-1, 0]  # fmt: skip
+
+    summed = lambda rs, y0s: jnp.sum(jax.vmap(loss)(rs, y0s))
+    forward = functools.partial(loss, adjoint=ode.ForwardMode())
+    orders = {
+        "grad(vmap)": lambda r, y: (jax.grad(summed)(r, y), -y * jnp.exp(-r)),
+        "vmap(grad) shared": lambda r, y: (
+            jax.vmap(jax.grad(loss), in_axes=(None, 0))(r[0], y), -y * jnp.exp(-r[0])
+        ),
+        "vmap(grad) batched": lambda r, y: (jax.vmap(jax.grad(loss))(r, y), -y * jnp.exp(-r)),
+        "vmap(vmap)": lambda r, y: (
+            jax.vmap(jax.vmap(loss))(r.reshape(3, 1), y.reshape(3, 1)).ravel(), y * jnp.exp(-r)
+        ),
+        "jacrev": lambda r, y: (
+            jnp.diag(jax.jacrev(lambda rs: jax.vmap(loss)(rs, y))(r)), -y * jnp.exp(-r)
+        ),
+        "jit(jvp)": lambda r, y: (_jitted_jvp(forward, r[0], y[0]), -y[0] * jnp.exp(-r[0])),
+    }
+    y0s = jnp.array([1.0, 2.0, 0.5])
+    for name, order in orders.items():
+        inputs = [(jnp.array([0.5, 1.0, 2.0]) * s, y0s * s) for s in (1.0, 1.5, 0.7)]
+        compiles = _compile_events([functools.partial(order, *i) for i in inputs])
+        assert compiles[0] and compiles[1:] == [[], []], (name, compiles)
+        for i in inputs:
+            got, exact = order(*i)
+            np.testing.assert_allclose(got, exact, rtol=1e-6, err_msg=name)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jitted_jvp(loss, rate, y0):
+    return jax.jvp(lambda r: loss(r, y0), (rate,), (jnp.ones(()),))[1]
