@@ -163,13 +163,48 @@ def _forward_only(out: Any) -> Any:
     return jtu.tree_map(guard, out)
 
 
+def _tag_set(tags: Any) -> frozenset:
+    try:
+        return frozenset(tags)
+    except TypeError:
+        raise TypeError(
+            f"ImplicitAdjoint(tags={tags!r}): pass a set of Lineax tags, e.g. "
+            "{lineax.symmetric_tag}, or leave it out."
+        ) from None
+
+
 class ImplicitAdjoint(AbstractAdjoint):
     """For a solve that ends at a steady state (`Event(steady_state_event())`): the
     final state y1 is differentiated by the implicit function theorem, as Diffrax's
     `ImplicitAdjoint`. At a steady state f(t1, y1, args) = 0, so dy1/dargs =
     -(df/dy)^{-1} df/dargs, one linear solve: no memory or time for the steps, which
     are run without a derivative. Exact for an exact steady state; y0 has no effect on
-    it (its gradient is zero). `SaveAt(t1=True)` only; forward and reverse mode."""
+    it (its gradient is zero). `SaveAt(t1=True)` only; forward and reverse mode.
+
+    - `linear_solver`: a Lineax solver for the linear solve, as Diffrax's (None, the
+      default: a dense LU solve, what `lineax.AutoLinearSolver(well_posed=None)` picks
+      for the square Jacobian).
+    - `tags`: Lineax tags describing the Jacobian df/dy (`lineax.symmetric_tag`, ...),
+      passed to `linear_solver` with it."""
+
+    linear_solver: Any = None
+    tags: frozenset = eqx.field(static=True, default_factory=frozenset, converter=_tag_set)
+
+    def __check_init__(self):
+        if self.linear_solver is None:
+            return
+        try:
+            import lineax as lx
+        except ImportError:
+            raise ImportError(
+                "ImplicitAdjoint(linear_solver=...) solves with Lineax: pip install lineax "
+                "(or leave linear_solver out for a dense LU solve)."
+            ) from None
+        if not isinstance(self.linear_solver, lx.AbstractLinearSolver):
+            raise TypeError(
+                f"ImplicitAdjoint(linear_solver={self.linear_solver!r}): pass a Lineax "
+                "solver, e.g. lineax.LU(), or None for a dense LU solve."
+            )
 
     def differentiates_ticks(self) -> bool:
         return False

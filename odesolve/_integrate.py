@@ -210,7 +210,7 @@ def _diffeqsolve(
     with forward_mode_named(adjoint):
         sol = _solve(given, how, known)
     if adjoint.differentiates_steady_state() and jtu.tree_leaves(y0):
-        sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args)
+        sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args, adjoint)
     return sol
 
 

@@ -35,8 +35,11 @@ def _zero_carrying_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     return jnp.zeros_like(x), dx
 
 
-def with_steady_state_derivative(sol: Solution, terms: ODETerm, args: PyTree) -> Solution:
-    """`sol` with its final state given the implicit-function derivative."""
+def with_steady_state_derivative(
+    sol: Solution, terms: ODETerm, args: PyTree, adjoint: Any = None
+) -> Solution:
+    """`sol` with its final state given the implicit-function derivative; the linear
+    solve by `adjoint.linear_solver` (with `adjoint.tags`) when it names one."""
     t1 = lax.stop_gradient(sol.ts[-1])
     y1 = frozen(jtu.tree_map(lambda x: x[-1], sol.ys))
     spec = flat_spec(y1, state_dtype(jtu.tree_leaves(y1)))
@@ -52,7 +55,18 @@ def with_steady_state_derivative(sol: Solution, terms: ODETerm, args: PyTree) ->
 
     flat = to_real(spec.ravel(y1))
     jacobian = jax.jacfwd(field)(flat, *frozen((terms, args)))
-    correction = -jnp.linalg.solve(jacobian, field(flat, terms, args))
+    correction = -_solve(jacobian, field(flat, terms, args), adjoint)
     shift = spec.unravel(from_real(_zero_carrying(correction)))
     ys = jtu.tree_map(lambda x, s: x.at[-1].add(s), sol.ys, shift)
     return eqx.tree_at(lambda s: s.ys, sol, ys)
+
+
+def _solve(matrix: jax.Array, vector: jax.Array, adjoint: Any) -> jax.Array:
+    """matrix^-1 vector: by the adjoint's Lineax solver when it has one, else dense LU."""
+    solver = getattr(adjoint, "linear_solver", None)
+    if solver is None:
+        return jnp.linalg.solve(matrix, vector)
+    import lineax as lx
+
+    operator = lx.MatrixLinearOperator(matrix, getattr(adjoint, "tags", frozenset()))
+    return lx.linear_solve(operator, vector, solver).value

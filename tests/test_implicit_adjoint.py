@@ -57,6 +57,27 @@ def test_transformation_orders_agree_with_one_sample_at_a_time():
         )
 
 
+def test_a_lineax_solver_and_tags_as_diffrax_takes_them():
+    lx = pytest.importorskip("lineax")
+    expected = exact_jacobian(PARAMS)
+    # The Jacobian of this field is diagonal: each solver and tag gives the same solve.
+    for adjoint in (
+        ode.ImplicitAdjoint(linear_solver=lx.AutoLinearSolver(well_posed=None)),
+        ode.ImplicitAdjoint(linear_solver=lx.QR()),
+        ode.ImplicitAdjoint(linear_solver=lx.Diagonal(), tags={lx.diagonal_tag}),
+    ):
+        jacobian = jax.jit(jax.jacrev(lambda p, a=adjoint: steady_state(p, Y0, a)))(PARAMS)
+        np.testing.assert_allclose(jacobian, expected, rtol=1e-6)
+    # The solver is the one given: Lineax's diagonal solver needs the tag.
+    with pytest.raises(ValueError, match="diagonal"):
+        jax.jacrev(lambda p: steady_state(p, Y0, ode.ImplicitAdjoint(lx.Diagonal())))(PARAMS)
+    assert ode.ImplicitAdjoint(tags=[lx.symmetric_tag]).tags == frozenset({lx.symmetric_tag})
+    with pytest.raises(TypeError, match=r"ImplicitAdjoint\(linear_solver='lu'\)"):
+        ode.ImplicitAdjoint(linear_solver="lu")
+    with pytest.raises(TypeError, match=r"ImplicitAdjoint\(tags=3\)"):
+        ode.ImplicitAdjoint(tags=3)
+
+
 def test_only_the_final_state_is_differentiated():
     with pytest.raises(ValueError, match=r"SaveAt\(t1=True\)"):
         ode.diffeqsolve(
