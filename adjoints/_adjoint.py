@@ -402,12 +402,20 @@ class BacksolveAdjoint(AbstractAdjoint):
     - `seminorm`: measure the backward solve's error on the state and its adjoint only,
       not on the parameter-gradient channels (Kidger, Chen and Lyons 2021): typically
       40% fewer steps for the same gradient accuracy.
-    - `solver`, `stepsize_controller`: for the backward solve (default: the forward's).
+    - `solver`, `stepsize_controller`, `dt0`, `max_steps`, `throw`: for the backward
+      solve (default: the forward's), as Diffrax's `BacksolveAdjoint(**kwargs)` takes
+      them; the backward solve runs from t1 to t0, so `dt0` is taken as its size.
+    - `adjoint`: how the backward solve is differentiated, for a derivative of the
+      gradient (default: `ForwardMode()`).
     """
 
     seminorm: bool = True
     solver: Any = None
     stepsize_controller: Any = None
+    dt0: Any = None
+    max_steps: Any = None
+    throw: Any = None
+    adjoint: Any = None
 
     def needs_problem(self) -> bool:
         return True

@@ -89,7 +89,8 @@ def continuous_problem(
         )
 
     def integrate(field, theta, z0, t0: Float[Array, ""], t1: Float[Array, ""], seminorm, params):
-        step = None if params.dt0 is None else -jnp.abs(params.dt0)
+        dt0 = params.dt0 if adjoint.dt0 is None else adjoint.dt0
+        step = None if dt0 is None else -jnp.abs(dt0)
         controller = _backward_controller(adjoint, params.controller, seminorm)
         with warnings.catch_warnings():  # the user was told of a complex state already
             warnings.simplefilter("ignore", ComplexStateWarning)
@@ -107,9 +108,9 @@ def continuous_problem(
             theta,
             saveat=SaveAt(t1=True),
             stepsize_controller=controller,
-            adjoint=ForwardMode(),
-            max_steps=max_steps,
-            throw=throw,
+            adjoint=ForwardMode() if adjoint.adjoint is None else adjoint.adjoint,
+            max_steps=max_steps if adjoint.max_steps is None else adjoint.max_steps,
+            throw=throw if adjoint.throw is None else adjoint.throw,
         )
 
     def saved(buffers, ct_buffers, params):

@@ -427,6 +427,25 @@ def test_backsolve_takes_the_adjoint_seminorm_by_name():
     np.testing.assert_allclose(gradient(ode.rms_norm), seminorm, rtol=1e-5)
 
 
+def test_backsolve_takes_diffraxs_arguments_for_the_backward_solve():
+    # Diffrax's BacksolveAdjoint(**kwargs) takes dt0, solver, stepsize_controller,
+    # adjoint, max_steps and throw for the backward solve.
+    def gradient(adjoint):
+        def loss(y0):
+            sol = ode.diffeqsolve(
+                DECAY, ode.Tsit5(), 0.0, 1.0, None, y0, stepsize_controller=PID, adjoint=adjoint
+            )
+            return jnp.sum(sol.ys[-1])
+
+        return jax.grad(loss)(Y0)
+
+    given = ode.BacksolveAdjoint(dt0=0.01, max_steps=8192, throw=True, adjoint=ode.DirectAdjoint())
+    np.testing.assert_allclose(gradient(given), np.exp(-1.0) * np.ones(2), rtol=1e-5)
+    # Two backward steps cannot reach t0: with throw=False the gradient is what they give.
+    short = gradient(ode.BacksolveAdjoint(max_steps=2, throw=False))
+    assert np.all(np.abs(short - np.exp(-1.0)) > 1e-3)
+
+
 def test_backsolve_takes_one_subsaveat_of_save_times():
     sub = ode.SaveAt(subs=ode.SubSaveAt(t0=True, ts=jnp.array([0.5, 1.0])))
     plain = ode.SaveAt(t0=True, ts=jnp.array([0.5, 1.0]))
