@@ -33,13 +33,13 @@ def _is_none(x: PyTree):
     return x is None
 
 
-def adjoint_rms_seminorm(z: tuple) -> Array:
+def adjoint_rms_seminorm(x: tuple) -> Array:
     """RMS over the state and its adjoint, the first two parts of `BacksolveAdjoint`'s
     backward state, leaving out the parameter-gradient channels (Kidger, Chen and Lyons
     2021). `BacksolveAdjoint()` measures its error this way by default (`seminorm=True`);
     as in Diffrax, `BacksolveAdjoint(stepsize_controller=PIDController(...,
     norm=adjoint_rms_seminorm))` asks for it explicitly."""
-    y, a = z[0], z[1]
+    y, a = x[0], x[1]
     squares = jnp.sum(jnp.square(jnp.abs(y))) + jnp.sum(jnp.square(jnp.abs(a)))  # complex too
     return jnp.sqrt(squares / (y.size + a.size))
 

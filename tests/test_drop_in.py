@@ -3,6 +3,7 @@ implicit solvers, the `RESULTS` lookups."""
 
 import jax
 import jax.numpy as jnp
+import lineax as lx
 import numpy as np
 import pytest
 
@@ -92,7 +93,8 @@ STIFF = ode.ODETerm(
 @pytest.mark.parametrize(
     "root_finder",
     [
-        ode.VeryChord(rtol=1e-10, atol=1e-10),
+        # With Diffrax's default linear solver spelled out, as Diffrax's signature has it.
+        ode.VeryChord(rtol=1e-10, atol=1e-10, linear_solver=lx.AutoLinearSolver(well_posed=None)),
         ode.with_stepsize_controller_tols(ode.VeryChord)(),
         _OptimistixLike(),
     ],
@@ -111,6 +113,8 @@ def test_a_root_finder_without_tolerances_is_refused():
         ode.Kvaerno5(root_finder=3)
     with pytest.raises(ValueError, match=r"pass one of them"):
         ode.Kvaerno5(root_finder=ode.VeryChord(1e-6, 1e-6), newton_rtol=1e-6, newton_atol=1e-6)
+    with pytest.raises(TypeError, match=r"VeryChord\(linear_solver='lu'\): pass a Lineax"):
+        ode.VeryChord(linear_solver="lu")
 
 
 def test_the_root_finders_tolerances_are_used():

@@ -38,7 +38,9 @@ class VeryChord(eqx.Module):
     """Newton tolerances for an implicit solver, as Diffrax's `VeryChord`: iterate until
     the estimated error of a stage is below `kappa * (atol + rtol * |y|)`. Left out (or
     None): the step-size controller's. `norm` is accepted for Diffrax's signature; the
-    error is measured in the RMS norm.
+    error is measured in the RMS norm. So is `linear_solver` (a Lineax solver): the
+    iterations solve with a dense LU factorisation of the Jacobian, which is what
+    Diffrax's default, `lineax.AutoLinearSolver(well_posed=None)`, picks for it.
 
     With tolerances set, it is also an optimistix root finder, as Diffrax's is:
     `optx.root_find(fn, VeryChord(rtol=1e-8, atol=1e-8), y0)` runs chord iterations
@@ -48,8 +50,17 @@ class VeryChord(eqx.Module):
     atol: Any = use_stepsize_tol
     kappa: float = 1e-2
     norm: Any = rms_norm
+    linear_solver: Any = None
 
     def __check_init__(self):
+        if self.linear_solver is not None:
+            import lineax as lx
+
+            if not isinstance(self.linear_solver, lx.AbstractLinearSolver):
+                raise TypeError(
+                    f"VeryChord(linear_solver={self.linear_solver!r}): pass a Lineax "
+                    "solver, e.g. lineax.AutoLinearSolver(well_posed=None), or leave it out."
+                )
         if _unset(self.rtol) != _unset(self.atol):
             raise ValueError(
                 f"VeryChord(rtol={self.rtol}, atol={self.atol}): pass both or neither "
