@@ -33,6 +33,7 @@ reproduces the discretisation exactly; see `Loop.decision`.
 
 import abc
 import math
+import numbers
 from typing import Any
 
 import equinox as eqx
@@ -310,6 +311,16 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
                 "least 2 (or None to choose from memory_budget)."
             )
+        for name in ("memory_budget", "decision_rows"):
+            value = getattr(self, name)
+            least = 1 if name == "memory_budget" else 0
+            wrong_type = isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            if value is not None and (wrong_type or value < least):
+                raise ValueError(
+                    f"RecursiveCheckpointAdjoint({name}={value!r}): pass an integer "
+                    f"number of {'bytes' if least else 'ticks'}, {least} or more "
+                    f"(or leave it out for the default)."
+                )
         named = isinstance(self.schedule, str) and self.schedule in SCHEDULES
         if not (self.schedule is None or named or isinstance(self.schedule, AbstractSchedule)):
             raise ValueError(
@@ -416,6 +427,13 @@ class BacksolveAdjoint(AbstractAdjoint):
     max_steps: Any = None
     throw: Any = None
     adjoint: Any = None
+
+    def __check_init__(self):
+        if not isinstance(self.seminorm, bool):
+            raise TypeError(
+                f"BacksolveAdjoint(seminorm={self.seminorm!r}): pass True (the default: "
+                "the error of the state and its adjoint only) or False."
+            )
 
     def needs_problem(self) -> bool:
         return True

@@ -224,6 +224,23 @@ def test_an_adjoint_refuses_the_outputs_it_does_not_differentiate(adjoint, savea
         solve(saveat=saveat, adjoint=adjoint)
 
 
+@pytest.mark.parametrize(
+    "argument, value",
+    [("memory_budget", v) for v in (-1, 0, 2.5, True, "4 MiB")]
+    + [("decision_rows", v) for v in (-1, 1.5, False)]
+    + [("checkpoints", v) for v in (1, 2.0, True)],
+)
+def test_the_checkpointing_adjoints_numbers_are_checked(argument, value):
+    # Each names the argument and its value, at construction, not deep in a solve.
+    with pytest.raises((TypeError, ValueError), match=rf"\({argument}={value!r}\): pass"):
+        ode.RecursiveCheckpointAdjoint(**{argument: value})
+
+
+def test_backsolve_takes_a_seminorm_flag():
+    with pytest.raises(TypeError, match=r"BacksolveAdjoint\(seminorm='yes'\): pass True"):
+        ode.BacksolveAdjoint(seminorm="yes")
+
+
 def test_a_schedule_is_given_as_an_object_or_its_name():
     with pytest.raises(ValueError, match=r"schedule=3\): pass a schedule \(Tape\(\)"):
         ode.RecursiveCheckpointAdjoint(schedule=3)
