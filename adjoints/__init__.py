@@ -25,6 +25,7 @@ from ._adjoint import (
 from ._adjoint import (
     ReversibleAdjoint as ReversibleAdjoint,
 )
+from ._arguments import check_linear_solver as check_linear_solver
 from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._batching import batch_size as batch_size
 from ._concrete import is_concrete as is_concrete

@@ -33,7 +33,6 @@ reproduces the discretisation exactly; see `Loop.decision`.
 
 import abc
 import math
-import numbers
 from typing import Any
 
 import equinox as eqx
@@ -42,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
+from ._arguments import check_count, check_linear_solver
 from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import Checkpointing, checkpointed_loop
 from ._direct import bounded_loop
@@ -192,20 +192,7 @@ class ImplicitAdjoint(AbstractAdjoint):
     tags: frozenset = eqx.field(static=True, default_factory=frozenset, converter=_tag_set)
 
     def __check_init__(self):
-        if self.linear_solver is None:
-            return
-        try:
-            import lineax as lx
-        except ImportError:
-            raise ImportError(
-                "ImplicitAdjoint(linear_solver=...) solves with Lineax: pip install lineax "
-                "(or leave linear_solver out for a dense LU solve)."
-            ) from None
-        if not isinstance(self.linear_solver, lx.AbstractLinearSolver):
-            raise TypeError(
-                f"ImplicitAdjoint(linear_solver={self.linear_solver!r}): pass a Lineax "
-                "solver, e.g. lineax.LU(), or None for a dense LU solve."
-            )
+        check_linear_solver("ImplicitAdjoint", self.linear_solver)
 
     def differentiates_ticks(self) -> bool:
         return False
@@ -311,16 +298,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
                 "least 2 (or None to choose from memory_budget)."
             )
-        for name in ("memory_budget", "decision_rows"):
-            value = getattr(self, name)
-            least = 1 if name == "memory_budget" else 0
-            wrong_type = isinstance(value, bool) or not isinstance(value, numbers.Integral)
-            if value is not None and (wrong_type or value < least):
-                raise ValueError(
-                    f"RecursiveCheckpointAdjoint({name}={value!r}): pass an integer "
-                    f"number of {'bytes' if least else 'ticks'}, {least} or more "
-                    f"(or leave it out for the default)."
-                )
+        check_count("RecursiveCheckpointAdjoint", "memory_budget", self.memory_budget, 1, "bytes")
+        check_count("RecursiveCheckpointAdjoint", "decision_rows", self.decision_rows, 0, "ticks")
         named = isinstance(self.schedule, str) and self.schedule in SCHEDULES
         if not (self.schedule is None or named or isinstance(self.schedule, AbstractSchedule)):
             raise ValueError(

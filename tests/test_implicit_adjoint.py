@@ -102,3 +102,28 @@ def test_shared_parameters_nested_batches_and_forward_mode():
         lambda p: loss(p, starts[0]), (PARAMS,), (jnp.array([1.0, 0.0]),)
     )[1]
     np.testing.assert_allclose(tangent, expected[0], rtol=1e-8)
+
+
+@pytest.mark.matrix  # the suite's Lineax test runs jit(jacrev)
+def test_a_lineax_solver_in_every_transformation_order():
+    # Against the closed form: d/dp sum(y*^2) = 2 sum_i y*_i dy*_i/dp.
+    lx = pytest.importorskip("lineax")
+    adjoint = ode.ImplicitAdjoint(linear_solver=lx.QR())
+    loss = lambda p, y0=Y0: jnp.sum(steady_state(p, y0, adjoint) ** 2)
+    exact = lambda p: 2 * np.sum(steady_state(p)[:, None] * exact_jacobian(p), 0)
+    batch = jnp.array([[2.0, 0.5], [1.0, 1.0], [1.5, 0.75]])
+    expected = np.stack([exact(p) for p in batch])
+    starts = jnp.array([[0.5, 2.0], [1.0, 1.5], [2.0, 0.3]])
+    orders = {
+        "grad(vmap)": jax.grad(lambda b: jnp.sum(jax.vmap(loss)(b)))(batch),
+        "vmap(grad) batched": jax.vmap(jax.grad(loss))(batch),
+        "vmap(grad) shared": jax.vmap(jax.grad(loss), in_axes=(None, 0))(batch[0], starts),
+        "vmap(vmap(grad))": jax.vmap(jax.vmap(jax.grad(loss)))(batch[None])[0],
+        "jacrev": jax.jacrev(lambda b: jax.vmap(loss)(b))(batch).sum(axis=1),
+        "jit(jvp)": jnp.stack(
+            [jax.jit(lambda p, v: jax.jvp(loss, (p,), (v,))[1])(batch[0], e) for e in jnp.eye(2)]
+        ),
+    }
+    wanted = {"vmap(grad) shared": np.stack([expected[0]] * 3), "jit(jvp)": expected[0]}
+    for name, got in orders.items():
+        np.testing.assert_allclose(got, wanted.get(name, expected), rtol=1e-6, err_msg=name)

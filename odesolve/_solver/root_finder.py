@@ -13,6 +13,8 @@ from typing import Any
 
 import equinox as eqx
 
+from adjoints import check_linear_solver
+
 from .._flat import PyTree
 from .._norm import rms_norm
 from . import _chord_root_find as chord
@@ -53,14 +55,7 @@ class VeryChord(eqx.Module):
     linear_solver: Any = None
 
     def __check_init__(self):
-        if self.linear_solver is not None:
-            import lineax as lx
-
-            if not isinstance(self.linear_solver, lx.AbstractLinearSolver):
-                raise TypeError(
-                    f"VeryChord(linear_solver={self.linear_solver!r}): pass a Lineax "
-                    "solver, e.g. lineax.AutoLinearSolver(well_posed=None), or leave it out."
-                )
+        check_linear_solver("VeryChord", self.linear_solver)
         if _unset(self.rtol) != _unset(self.atol):
             raise ValueError(
                 f"VeryChord(rtol={self.rtol}, atol={self.atol}): pass both or neither "
