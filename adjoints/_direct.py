@@ -27,7 +27,7 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
     bound = num_ticks_bound(loop)
     block = max(1, math.isqrt(bound))
     blocks = -(-bound // block)
-    scratch = scratch_writes(buffers)
+    scratch = scratch_writes(loop, params, init, buffers)
 
     def step(carry: PyTree) -> tuple[PyTree, tuple[Write, ...]]:
         carry, writes = loop.tick(params, carry, scratch)

@@ -8,6 +8,10 @@ slice into a gather and its update into a scatter that clamp the index, and XLA:
 copied the written values into the scatter's update layout first: kernels of their own
 on every tick. So a batched row is a scatter or gather with the index promised in
 bounds. (Unbatched, a scatter would cost more than the in-place update.)
+
+A row index may also be a vector: several rows written or read at once (an emit that
+records a block of outputs), as a scatter or gather; rows that are not to be kept are all
+sent to the scratch row.
 """
 
 import jax.numpy as jnp
@@ -24,8 +28,12 @@ def write_row(
     batched: bool = False,
 ) -> Array:
     """`buffer` with `value` (cast to its dtype) in row `row`: the whole row, or from
-    `column` on for a 2-D buffer whose rows are written in part."""
+    `column` on for a 2-D buffer whose rows are written in part; for a vector `row`, one
+    row of `value` in each."""
     value = jnp.asarray(value).astype(buffer.dtype)
+    if jnp.ndim(row) == 1:  # a block of whole rows
+        assert column == 0  # blocks are written whole
+        return buffer.at[row].set(value, mode="promise_in_bounds")
     if not batched:
         start = [jnp.asarray(row, jnp.int32)] + [jnp.int32(0)] * (buffer.ndim - 1)
         if column:
@@ -43,8 +51,12 @@ def read_row(
     width: int | None = None,
     batched: bool = False,
 ) -> Array:
-    """Row `row` of `buffer`: the whole row, or `width` entries from `column` on."""
+    """Row `row` of `buffer`: the whole row, or `width` entries from `column` on; for a
+    vector `row`, those rows."""
     whole = width is None and column == 0
+    if jnp.ndim(row) == 1:  # a block of whole rows
+        assert whole  # blocks are read whole
+        return buffer.at[row].get(mode="promise_in_bounds")
     if not batched:
         line = lax.dynamic_index_in_dim(buffer, row, keepdims=False)
         return (

@@ -86,15 +86,24 @@ def split_floats(tree: PyTree) -> tuple[PyTree, PyTree]:
     return eqx.partition(tree, is_float)
 
 
-def scratch_writes(buffers: Buffers) -> tuple[Write, ...]:
-    """Zero writes to each buffer's last (scratch) row: what a step tick writes."""
+def scratch_writes(
+    loop: Loop, params: PyTree, carry: PyTree, buffers: Buffers
+) -> tuple[Write, ...]:
+    """Zero writes to each buffer's last (scratch) row, shaped as an emit's writes (one
+    row, or a block of rows): what a step tick writes."""
+    if not buffers:
+        return ()
+    # A carry rebuilt for the reverse sweep may hold Python scalars where it held arrays.
+    carry = jtu.tree_map(
+        lambda x: jnp.asarray(x) if isinstance(x, (bool, int, float)) else x, carry
+    )
+    _, shapes = jax.eval_shape(lambda: loop.emit(params, carry))
 
-    def one(buffer: PyTree) -> Write:
-        row = scratch_row(buffer)
-        zeros = jtu.tree_map(lambda b: jnp.zeros(b.shape[1:], b.dtype), buffer)
-        return Write(jnp.int32(row), zeros)
+    def one(buffer: PyTree, write: Write) -> Write:
+        row = jnp.full(jnp.shape(write.row), scratch_row(buffer), jnp.int32)
+        return Write(row, jtu.tree_map(lambda v: jnp.zeros(v.shape, v.dtype), write.value))
 
-    return tuple(one(b) for b in buffers)
+    return tuple(one(b, w) for b, w in zip(buffers, shapes, strict=True))
 
 
 def num_ticks_bound(loop: Loop) -> int:

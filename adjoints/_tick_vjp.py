@@ -36,7 +36,7 @@ def _read_row(buffer: PyTree, row: Int[ArrayLike, ""], batched: bool) -> PyTree:
 
 def _clear_row(buffer: PyTree, row: Int[ArrayLike, ""], batched: bool) -> PyTree:
     """A write's cotangent is taken once: earlier writes to the row were overwritten."""
-    zero = lambda b: jnp.zeros(b.shape[1:], b.dtype)
+    zero = lambda b: jnp.zeros((*jnp.shape(row), *b.shape[1:]), b.dtype)
     return jtu.tree_map(lambda b: write_row(b, row, zero(b), 0, batched), buffer)
 
 

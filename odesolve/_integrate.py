@@ -298,7 +298,7 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
     config = Config(
         solver=solver,
         spec=spec,
-        saving=_saving.layout(saveat, t0, y0, args, max_steps),
+        saving=_saving.layout(saveat, t0, y0, args, max_steps, batch > 1),
         max_steps=max_steps,
         meter=meter,
         meter_key=meter_key,

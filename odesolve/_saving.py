@@ -26,6 +26,15 @@ from ._flat import FlatSpec, PyTree, flat_spec, state_dtype
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import DenseInterpolation, StepRows
 
+# Save times one emit writes at most, under `vmap`. There each emit is a round of the
+# lockstep loops, forwards and in the reverse sweep, that every sample waits for, so a
+# solve saving many times within each step (a trajectory fitted at a hundred
+# observations) would spend most of its time in rounds of one save each. A block's
+# interpolations are unrolled and lengthen compilation: 4 keeps most of the gain of 8 at
+# half the cost. Unbatched, an emit is a cheap tick between runs of steps, and one save
+# time per emit costs least. See benchmarks/README.md.
+SAVE_BLOCK = 4
+
 
 class Output(eqx.Module):
     """One output's layout, fixed at trace time. `steps_spec`: the flat layout of
@@ -51,6 +60,7 @@ class Layout(eqx.Module):
     outputs: tuple[Output, ...] = eqx.field(static=True)
     dense: bool = eqx.field(static=True)
     max_steps: int | None = eqx.field(static=True)
+    block: int = eqx.field(static=True, default=1)  # save times an emit writes at most
 
     @property
     def has_ts(self) -> bool:
@@ -70,15 +80,24 @@ class Layout(eqx.Module):
 
 
 def layout(
-    saveat: SaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree, max_steps: int | None
+    saveat: SaveAt,
+    t0: Float[Array, ""],
+    y0: PyTree,
+    args: PyTree,
+    max_steps: int | None,
+    batched: bool = False,
 ) -> Layout:
+    """The outputs' layout; `batched`: the solve runs under `vmap` (see `SAVE_BLOCK`)."""
     outputs = saveat.outputs
     if (saveat.dense or any(o.every for o in outputs)) and max_steps is None:
         raise ValueError(
             "max_steps=None cannot be combined with SaveAt(steps=...) or SaveAt(dense=True): "
             "their outputs are sized by max_steps. Pass an integer max_steps."
         )
-    return Layout(tuple(_output(o, t0, y0, args) for o in outputs), bool(saveat.dense), max_steps)
+    block = SAVE_BLOCK if batched else 1
+    return Layout(
+        tuple(_output(o, t0, y0, args) for o in outputs), bool(saveat.dense), max_steps, block
+    )
 
 
 def _output(sub: SubSaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> Output:
@@ -185,7 +204,7 @@ def emit(
     outputs = []
     for o, s, ts in zip(layout.outputs, state.outputs, save_ts):
         if o.has_ts:
-            s, write = _emit_save_time(s, ts, now, times)
+            s, write = _emit_save_time(s, ts, now, times, layout.block)
             writes.append(write)
         if o.every:
             s, write = _emit_step(o, s, now, layout.rows // o.every)
@@ -203,15 +222,44 @@ def emit(
 
 
 def _emit_save_time(
-    s: OutputState, ts: Array, now: Moment, times: Callable
+    s: OutputState, ts: Array, now: Moment, times: Callable, most: int
 ) -> tuple[OutputState, Write]:
-    """The first save time not done, if it is due (else a write to the scratch row)."""
+    """The first save time not done, if it is due (else a write to the scratch row); or,
+    for `most` > 1, a block of them (see `_emit_save_times`)."""
     assert s.next_save is not None and s.ts_index is not None
+    if min(most, ts.shape[0] - 1) > 1:
+        return _emit_save_times(s, ts, now, times, most)
     due = now.t >= s.next_save
     t0, t1, t = times(now.row[0], now.t, s.next_save)
     value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
     write = Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value)
     index = s.ts_index + due.astype(jnp.int32)
+    return OutputState(index, ts[index], s.steps_due, s.steps_row), write
+
+
+def _emit_save_times(
+    s: OutputState, ts: Array, now: Moment, times: Callable, most: int
+) -> tuple[OutputState, Write]:
+    """The save times due among the next `most` not done, written as a block of rows; a
+    time not due goes to the scratch row."""
+    assert s.ts_index is not None
+    scratch = ts.shape[0] - 1
+    block = min(scratch, most)
+    rows = s.ts_index + jnp.arange(block, dtype=jnp.int32)
+    # Past the last save time, the inf sentinel: never due. Save times are sorted, so
+    # those due come first.
+    at = ts[jnp.minimum(rows, scratch)]
+    due = now.t >= at
+    # A time not due is evaluated at the step's end instead: the interpolant at a later
+    # time (inf past the last) would give its scratch write an infinite derivative.
+    t0, t1, t = times(now.row[0], now.t, jnp.where(due, at, now.t))
+    on_step = lambda t: _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
+    # Unrolled, not vectorised over the block: the reverse sweep's sum over the block is
+    # then elementwise work that XLA fuses. Vectorised, XLA:CPU made that sum a library
+    # call per emit, which doubled a Lorenz ensemble's gradient time.
+    value = jnp.stack([on_step(t[i]) for i in range(block)])
+    write = Write(jnp.where(due, rows, scratch), value)
+    index = s.ts_index + jnp.sum(due, dtype=jnp.int32)
     return OutputState(index, ts[index], s.steps_due, s.steps_row), write
 
 

@@ -54,3 +54,44 @@ def test_gradients_with_save_times_traced_per_sample(wrt):
     np.testing.assert_allclose(grads[0], d_a, rtol=1e-7)
     if len(wrt) == 2:
         np.testing.assert_allclose(grads[1], d_ts, rtol=1e-7, atol=1e-9)
+
+
+# Many save times within each step: an emit under `vmap` writes a block of them, several
+# blocks per step here (40 save times, 5 steps), with blocks that end part-way.
+DENSE_TS = np.stack([np.sort(np.random.default_rng(i).uniform(0.0, 2.5, 40)) for i in range(3)])
+
+
+def _dense_saved(a, ts, y0):
+    field = lambda t, y, args: -args * y
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field), ode.Tsit5(), ts[0], ts[-1], 0.5, y0, args=a,
+        saveat=ode.SaveAt(ts=ts), stepsize_controller=ode.ConstantStepSize(),
+    )  # fmt: skip
+    return sol.ys
+
+
+@pytest.mark.parametrize("order", ["grad(vmap)", "vmap(grad)"])
+def test_many_save_times_per_step_under_vmap(order):
+    ts, y0 = jnp.asarray(DENSE_TS), jnp.asarray(Y0)
+    ys = jax.jit(jax.vmap(_dense_saved, in_axes=(None, 0, 0)))(A, ts, y0)
+    exact = Y0[:, None] * np.exp(-A * (DENSE_TS - DENSE_TS[:, :1]))
+    # Tsit5's interpolant on steps of 0.5: fourth order in the step.
+    np.testing.assert_allclose(ys, exact, rtol=2e-5)
+    one = lambda a, ts, y0: jnp.sum(_dense_saved(a, ts, y0))
+    if order == "grad(vmap)":
+        total = lambda a, ts: jnp.sum(jax.vmap(one, in_axes=(None, 0, 0))(a, ts, y0))
+        d_a, d_ts = jax.jit(jax.grad(total, argnums=(0, 1)))(A, ts)
+    else:
+        d_a, d_ts = jax.jit(jax.vmap(jax.grad(one, argnums=(0, 1)), in_axes=(None, 0, 0)))(
+            A, ts, y0
+        )
+        d_a = jnp.sum(d_a)
+    # Against the closed form, to the discretisation's accuracy (the time derivative of
+    # the interpolant is an order less accurate than its value).
+    exact_a, exact_ts = _exact(A, DENSE_TS, Y0)
+    np.testing.assert_allclose(d_a, exact_a, rtol=1e-4)
+    np.testing.assert_allclose(d_ts, exact_ts, rtol=1e-3, atol=1e-5)
+    # The same solves one by one (one save time per emit) give the same gradients.
+    for i in range(len(Y0)):
+        g = jax.grad(one, argnums=(0, 1))(A, ts[i], y0[i])
+        np.testing.assert_allclose(d_ts[i], g[1], rtol=1e-9, atol=1e-12)
