@@ -35,9 +35,10 @@ from ._ticks import Ticks, run_ticks
 
 
 class Write(eqx.Module):
-    """Store `value` (a PyTree matching one row of a buffer) at `row` (int scalar)."""
+    """Store `value` (a PyTree matching one row of a buffer) at `row` (int scalar); or,
+    for a vector `row`, a block of rows, one of `value`'s in each."""
 
-    row: Int[ArrayLike, ""]
+    row: Int[ArrayLike, ""] | Int[ArrayLike, " block"]
     value: PyTree
 
 

@@ -701,16 +701,19 @@ def test_custom_jvp_field_with_symbolic_zero_tangents_under_scan():
 
     width = jnp.array([2.0, 0.5])  # the second argument, never differentiated by the user
 
-    def field(t, y, k):
-        return -k * squash(y, width)
-
-    def loss(k, y0, adjoint):
-        sol = ode.diffeqsolve(
-            ode.ODETerm(field), ode.Heun(), 0.0, 1.0, 0.1, y0, k, adjoint=adjoint, max_steps=16
-        )
-        return jnp.sum(sol.ys[-1] ** 2)
-
     def train(adjoint):
+        # A field of its own for each adjoint: a solve keeps the trace of a field it has
+        # seen, and the rule is called only when the field is traced.
+        def field(t, y, k):
+            return -k * squash(y, width)
+
+        def loss(k, y0, adjoint):
+            sol = ode.diffeqsolve(
+                ode.ODETerm(field), ode.Heun(), 0.0, 1.0, 0.1, y0, k, adjoint=adjoint,
+                max_steps=16,
+            )  # fmt: skip
+            return jnp.sum(sol.ys[-1] ** 2)
+
         def body(k, y0):
             g = jax.grad(loss)(k, y0, adjoint)
             return k - 0.1 * g, g
