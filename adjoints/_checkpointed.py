@@ -100,7 +100,8 @@ def _bwd(
     ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
     ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, run.diff)[0])
-    scratch = scratch_writes(run.loop, params, init, buffers)
+    # Shaped by the forward sweep's final carry, whose leaves are the arrays an emit reads.
+    scratch = scratch_writes(run.loop, params, sweep.final, buffers)
     back = Backward(run, sweep, (ct_final, zero_params), ct_buffers, scratch)
     ct_init, ct_params = schedule.reverse(back)
     return ct_params, ct_init

@@ -93,10 +93,6 @@ def scratch_writes(
     row, or a block of rows): what a step tick writes."""
     if not buffers:
         return ()
-    # A carry rebuilt for the reverse sweep may hold Python scalars where it held arrays.
-    carry = jtu.tree_map(
-        lambda x: jnp.asarray(x) if isinstance(x, (bool, int, float)) else x, carry
-    )
     _, shapes = jax.eval_shape(lambda: loop.emit(params, carry))
 
     def one(buffer: PyTree, write: Write) -> Write:

@@ -61,11 +61,11 @@ def test_gradients_with_save_times_traced_per_sample(wrt):
 DENSE_TS = np.stack([np.sort(np.random.default_rng(i).uniform(0.0, 2.5, 40)) for i in range(3)])
 
 
-def _dense_saved(a, ts, y0):
+def _dense_saved(a, ts, y0, adjoint=ode.RecursiveCheckpointAdjoint()):
     field = lambda t, y, args: -args * y
     sol = ode.diffeqsolve(
         ode.ODETerm(field), ode.Tsit5(), ts[0], ts[-1], 0.5, y0, args=a,
-        saveat=ode.SaveAt(ts=ts), stepsize_controller=ode.ConstantStepSize(),
+        saveat=ode.SaveAt(ts=ts), stepsize_controller=ode.ConstantStepSize(), adjoint=adjoint,
     )  # fmt: skip
     return sol.ys
 
@@ -95,3 +95,32 @@ def test_many_save_times_per_step_under_vmap(order):
     for i in range(len(Y0)):
         g = jax.grad(one, argnums=(0, 1))(A, ts[i], y0[i])
         np.testing.assert_allclose(d_ts[i], g[1], rtol=1e-9, atol=1e-12)
+
+
+ORDERS = ["vmap(grad) batched", "vmap(vmap(grad))", "jacrev(vmap)", "jit(jvp(vmap))"]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_many_save_times_per_step_in_every_order(order):
+    """The blocks of save times in the other orders users write, against each sample's
+    gradient from its own unbatched solve (one save time per emit)."""
+    ts, y0 = jnp.asarray(DENSE_TS), jnp.asarray(Y0)
+    one = lambda a, ts, y0: jnp.sum(_dense_saved(a, ts, y0))
+    d_one = jax.jit(jax.grad(one))
+    a_batch = jnp.asarray([0.4, 0.7, 1.1])
+    if order == "vmap(grad) batched":
+        got = jax.jit(jax.vmap(jax.grad(one)))(a_batch, ts, y0)
+        want = [d_one(a_batch[i], ts[i], y0[i]) for i in range(3)]
+    elif order == "vmap(vmap(grad))":
+        inner = jax.vmap(jax.grad(one), in_axes=(None, 0, 0))
+        got = jax.jit(jax.vmap(inner, in_axes=(0, None, None)))(a_batch[:2], ts, y0)
+        want = [[d_one(a_batch[j], ts[i], y0[i]) for i in range(3)] for j in range(2)]
+    elif order == "jacrev(vmap)":
+        got = jax.jit(jax.jacrev(lambda a: jax.vmap(one, in_axes=(None, 0, 0))(a, ts, y0)))(A)
+        want = [d_one(A, ts[i], y0[i]) for i in range(3)]
+    else:  # forward mode, as Diffrax: the default adjoint is reverse-mode only
+        forward = lambda a, ts, y0: jnp.sum(_dense_saved(a, ts, y0, ode.ForwardMode()))
+        batched = lambda a: jax.vmap(forward, in_axes=(None, 0, 0))(a, ts, y0)
+        got = jax.jit(lambda a: jax.jvp(batched, (a,), (jnp.ones_like(a),))[1])(jnp.asarray(A))
+        want = [d_one(A, ts[i], y0[i]) for i in range(3)]
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-9)
