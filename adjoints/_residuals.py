@@ -29,6 +29,7 @@ from jax.extend.core import Jaxpr, Literal
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._concrete import is_concrete
+from ._contractions import with_short_contractions
 from ._loop import Loop
 from ._packing import Packing, Rows, common_float, is_float
 from ._rows import read_row, write_row
@@ -63,8 +64,9 @@ def linearise(
 
 def transposed(lin: Linearisation, params_f: PyTree, carry_f: PyTree) -> StepVJP:
     """The VJP of a step from its linearisation: (cotangent of the new carry's float
-    leaves) -> those of (`params_f`, `carry_f`); these give only shapes and dtypes."""
-    return lambda ct: jax.linear_transpose(lin, params_f, carry_f)(ct)
+    leaves) -> those of (`params_f`, `carry_f`); these give only shapes and dtypes. Its
+    short contractions are written out (see `_contractions`)."""
+    return with_short_contractions(lambda ct: jax.linear_transpose(lin, params_f, carry_f)(ct))
 
 
 class Layout:
