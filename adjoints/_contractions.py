@@ -56,6 +56,8 @@ def _is_short(eqn: JaxprEqn) -> bool:
     # `ShapedArray`s, which JAX types as the base `AbstractValue`.
     avals: list[Any] = [v.aval for v in (*eqn.invars, *eqn.outvars)]
     lhs, rhs, out = avals
+    if not all(isinstance(n, int) for n in (*lhs.shape, *rhs.shape)):
+        return False  # a symbolic dimension (shape polymorphism): its size is not known
     own = lambda shape, taken: math.prod(n for d, n in enumerate(shape) if d not in taken)
     terms = math.prod(lhs.shape[d] for d in lc)
     matrices = own(lhs.shape, (*lc, *lb)) > 1 and own(rhs.shape, (*rc, *rb)) > 1
@@ -94,6 +96,8 @@ def _inner(eqn: JaxprEqn) -> ClosedJaxpr | None:
 
 
 def _has_short(jaxpr: Jaxpr) -> bool:
+    """Whether `jaxpr`, or a call in it that `_evaluate` looks into, has a short
+    contraction."""
     for eqn in jaxpr.eqns:
         inner = _inner(eqn)
         if _is_short(eqn) or (inner is not None and _has_short(inner.jaxpr)):
