@@ -47,6 +47,12 @@ def with_short_contractions(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _own(shape: Sequence[int], contracting: Sequence[int], batch: Sequence[int]) -> list[int]:
+    """The dimensions of one side of a product that neither contract nor batch: its own,
+    in order."""
+    return [d for d in range(len(shape)) if d not in contracting and d not in batch]
+
+
 def _is_short(eqn: JaxprEqn) -> bool:
     """A product of matrices (both sides keep a dimension of their own) over at most
     `SHORT` terms, computed in its inputs' floating dtype."""
@@ -58,9 +64,10 @@ def _is_short(eqn: JaxprEqn) -> bool:
     lhs, rhs, out = avals
     if not all(isinstance(n, int) for n in (*lhs.shape, *rhs.shape)):
         return False  # a symbolic dimension (shape polymorphism): its size is not known
-    own = lambda shape, taken: math.prod(n for d, n in enumerate(shape) if d not in taken)
-    terms = math.prod(lhs.shape[d] for d in lc)
-    matrices = own(lhs.shape, (*lc, *lb)) > 1 and own(rhs.shape, (*rc, *rb)) > 1
+    size = lambda shape, dims: math.prod(shape[d] for d in dims)
+    terms = size(lhs.shape, lc)
+    matrices = size(lhs.shape, _own(lhs.shape, lc, lb)) > 1
+    matrices = matrices and size(rhs.shape, _own(rhs.shape, rc, rb)) > 1
     same_dtype = lhs.dtype == rhs.dtype == out.dtype
     floating = same_dtype and jnp.issubdtype(lhs.dtype, jnp.inexact)
     return 1 < terms <= SHORT and matrices and floating
@@ -70,8 +77,7 @@ def _sum_of_products(lhs: Array, rhs: Array, dimension_numbers: Any) -> Array:
     """`dot_general(lhs, rhs)` as a sum over its contraction of broadcast products: out[b,
     i, j] = sum_k lhs[b, i, k] * rhs[b, j, k], unrolled over k."""
     (lc, rc), (lb, rb) = dimension_numbers
-    own = lambda x, c, b: [d for d in range(x.ndim) if d not in c and d not in b]
-    lf, rf = own(lhs, lc, lb), own(rhs, rc, rb)
+    lf, rf = _own(lhs.shape, lc, lb), _own(rhs.shape, rc, rb)
     batch = [lhs.shape[d] for d in lb]
     lshape, rshape = [lhs.shape[d] for d in lf], [rhs.shape[d] for d in rf]
     terms = math.prod(lhs.shape[d] for d in lc)

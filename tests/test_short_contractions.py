@@ -118,18 +118,32 @@ _DEFAULT, _DIRECT = ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()
         "grad(vmap)",
         pytest.param("vmap(grad)", marks=pytest.mark.matrix),
         pytest.param("jit(grad)", marks=pytest.mark.matrix),
+        pytest.param("vmap(grad) batched parameters", marks=pytest.mark.matrix),
+        pytest.param("vmap(vmap(grad))", marks=pytest.mark.matrix),
+        pytest.param("jacrev(vmap)", marks=pytest.mark.matrix),
     ],
 )
 def test_flow_gradients_match_jax_differentiating_the_loop(order):
     params = _params()
     batch_loss = lambda p, adjoint: jnp.mean(jax.vmap(lambda x: _nll(p, x, adjoint))(_XS))
     sample_grads = lambda adjoint: jax.vmap(jax.grad(lambda p, x: _nll(p, x, adjoint)), (None, 0))
+    two_weights = jax.tree_util.tree_map(lambda w: jnp.stack([w, 0.9 * w]), params)
     gradient = {
         "grad(vmap)": lambda adjoint: jax.grad(batch_loss)(params, adjoint),
         "vmap(grad)": lambda adjoint: sample_grads(adjoint)(params, _XS),
         "jit(grad)": lambda adjoint: jax.jit(jax.grad(_nll), static_argnums=2)(
             params, _XS[0], adjoint
         ),
+        # Each of two samples its own weights (the second's scaled by 0.9).
+        "vmap(grad) batched parameters": lambda adjoint: jax.vmap(
+            jax.grad(lambda p, x: _nll(p, x, adjoint))
+        )(two_weights, _XS[:2]),
+        "vmap(vmap(grad))": lambda adjoint: jax.vmap(sample_grads(adjoint), (None, 0))(
+            params, _XS.reshape(2, 3, 2)
+        ),
+        "jacrev(vmap)": lambda adjoint: jax.jacrev(
+            lambda p: jax.vmap(lambda x: _nll(p, x, adjoint))(_XS)
+        )(params),
     }[order]
     jax.clear_caches()  # the leak checker collects garbage after every trace
     with jax.checking_leaks():
