@@ -307,11 +307,11 @@ class _SegmentReversal(eqx.Module):
             return new, layout.taped(linearisation)
 
         skip = lambda: (carry, taped_rows.zero_residuals())
-        plain = lambda: (run.loop.body(run.params, carry), taped_rows.zero_residuals())
-        # Bare ticks happen only after thinning: otherwise no second step to compile.
-        thinned = self.schedule.starts is not None
-        bare = (lambda: if_any(active, plain, skip)) if thinned else skip
-        new, taped = if_any(taping, linearised, bare)
+        # A bare tick (after thinning: before `first`) runs the same linearised step and
+        # tapes it into the scratch row: a second, plain copy of the step would lengthen
+        # compilation by a fifth, for ticks only a solve longer than the kept states
+        # cover runs.
+        new, taped = if_any(active, linearised, skip)
         tape = taped_rows.put_residuals(tape, jnp.where(taping, k - first, length), taped)
         new = replay_decision(run.loop, self.kept[2], k, new)
         return (k + active.astype(jnp.int32), tree_where(active, new, carry)), tape
