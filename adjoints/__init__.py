@@ -30,6 +30,7 @@ from ._backsolve import ContinuousProblem as ContinuousProblem
 from ._batching import batch_size as batch_size
 from ._concrete import is_concrete as is_concrete
 from ._concrete import trace_time_value as trace_time_value
+from ._decided import decided as decided
 from ._loop import (
     Loop as Loop,
 )

@@ -13,13 +13,11 @@ import math
 
 import jax
 from jax import lax
-from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import PyTree
 
+from ._decided import DECISION, decided
 from ._loop import Buffers, Loop, Plain, Write, apply_writes
 from ._sweep import num_ticks_bound, scratch_writes
-
-_DECISION = "odesolve_step_decision"
 
 
 def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
@@ -37,8 +35,9 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
             # (an adaptive step size) is a difference of nearly equal numbers, and the
             # block compiled again for the reverse sweep rounds differently, so it would
             # otherwise differentiate a slightly different discretisation (relative
-            # errors of 1e-7 seen). The decision is saved, not recomputed.
-            decision = checkpoint_name(loop.decision(carry), _DECISION)
+            # errors of 1e-7 seen). The decision is saved, not recomputed, as is what
+            # the body marked `decided` (a step's acceptance).
+            decision = decided(loop.decision(carry))
             carry = loop.replay(carry, decision)
         return carry, writes
 
@@ -48,7 +47,7 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
         return (carry, apply_writes(bufs, writes)), None
 
     @functools.partial(
-        jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(_DECISION)
+        jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(DECISION)
     )
     def run_block(state: Plain, _: None) -> tuple[Plain, None]:
         state, _ = lax.scan(tick, state, None, length=block)

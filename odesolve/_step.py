@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from adjoints import Write
+from adjoints import Write, decided
 
 from . import _event, _saving
 from ._config import Config, Params
@@ -167,6 +167,9 @@ def step(config: Config, params: Params, state: State) -> State:
             spec=config.spec,
         )
     )
+    # The controller's verdict, marked: a recomputation that rounds differently must not
+    # reverse it (see `adjoints.decided`).
+    proposal = jax.tree_util.tree_map(lambda x: decided(x) if eqx.is_array(x) else x, proposal)
     accept = jnp.asarray(proposal.accept)
     stops = params.controller.jump_stops() if params.controller.has_jumps else None
     t_new, jumped = next_start(stops, accept, t0, t1)
