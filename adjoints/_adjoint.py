@@ -58,6 +58,7 @@ from ._schedule import (
     States,
     Tape,
 )
+from ._schedule.segments import MOST_STARTS
 from ._schedule.undo import choose_undo
 from ._sweep import DECISION_ROWS, num_ticks_bound
 
@@ -67,8 +68,13 @@ from ._sweep import DECISION_ROWS, num_ticks_bound
 DEFAULT_MEMORY_BUDGET = 4 * 2**20
 # The default budget's least share per sample of a `vmap` batch (the share of 128
 # samples): beyond, the default grows with the batch, so that each sample keeps room for
-# taped segments rather than thinned, recomputed online slots (see benchmarks/README.md).
+# taped segments rather than thinned, recomputed online slots (see benchmarks/README.md)...
 MIN_DEFAULT_BUDGET_PER_SOLVE = 32 * 2**10
+# ...or room for segments of this many ticks where that takes less: a batch's tape is
+# written, paged in and read back on every call whether its rows are used or not, and a
+# small state's 32 KiB holds hundreds of rows for solves of tens of ticks (a Lorenz
+# ensemble of 1,024: 50 MB of temporary memory against Diffrax's 10, and as slow).
+MIN_DEFAULT_TICKS_PER_SOLVE = 64
 # How many times more ticks bare states must hold than taped rows (segments, or online
 # slots with residuals) before the default keeps states and recomputes each tick's VJP
 # from its state: a step whose residuals are many times its state (a field that takes
@@ -263,7 +269,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       as the states taken so far fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
-      4 MiB, at least 32 KiB per sample (more than 128 samples get more), and at least
+      4 MiB, at least 32 KiB per sample (more than 128 samples get more; or, where less,
+      what taped segments of `MIN_DEFAULT_TICKS_PER_SOLVE` ticks take), and at least
       `least_states` states per sample (log2 of `max_steps` plus save times, plus 1). A tape of
       every step is sized for `max_steps`, so a lower `max_steps` lets more solves tape;
       taped segments are sized by the budget alone.
@@ -321,6 +328,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
         if self.memory_budget is None:
+            ticks = MIN_DEFAULT_TICKS_PER_SOLVE
+            enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_tick)
+            per_solve = self.budget_per_solve(batch_size, enough)
             per_solve = max(per_solve, least_states(bound) * per_state)
         chosen = self.chosen_schedule()
         if chosen is not None:
@@ -364,11 +374,15 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             return SCHEDULES[self.schedule]
         return self.schedule
 
-    def budget_per_solve(self, batch_size: int) -> int:
-        """Bytes of stored states each of `batch_size` solves run together may take."""
+    def budget_per_solve(self, batch_size: int, enough: int | None = None) -> int:
+        """Bytes of stored states each of `batch_size` solves run together may take;
+        `enough`: what taped segments of `MIN_DEFAULT_TICKS_PER_SOLVE` ticks take, which
+        lowers the default's least share where it is less."""
         batch_size = max(batch_size, 1)
         if self.memory_budget is None:
-            return max(DEFAULT_MEMORY_BUDGET // batch_size, MIN_DEFAULT_BUDGET_PER_SOLVE)
+            least = MIN_DEFAULT_BUDGET_PER_SOLVE if enough is None else enough
+            least = min(least, MIN_DEFAULT_BUDGET_PER_SOLVE)
+            return max(DEFAULT_MEMORY_BUDGET // batch_size, least)
         return self.memory_budget // batch_size
 
     def run_loop(self, loop, params, init, buffers, problem=None):

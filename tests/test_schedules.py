@@ -426,16 +426,21 @@ def test_a_batch_of_short_solves_tapes_them_whatever_max_steps():
 
 
 def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
-    # A state of 120 bytes: 32 KiB per sample holds taped segments of the bound; 4 KiB
-    # (4 MiB shared by 1024 samples) holds a tape of 24 ticks beside 8 states thinned as
-    # the solve runs, whatever max_steps; 1 KiB only online slots.
+    # A state of 120 bytes: 32 KiB per sample holds taped segments of the bound; the
+    # default's least share is less, the room for segments of 64 ticks beside 8 states
+    # (8,880 bytes), as 32 KiB would be hundreds of rows of such a state; 4 KiB (4 MiB
+    # shared by 1024 samples) holds a tape of 24 ticks beside 8 states thinned as the
+    # solve runs, whatever max_steps; 1 KiB only online slots.
     state = jnp.zeros(30, jnp.float32)
     default = ode.RecursiveCheckpointAdjoint()
     assert default.budget_per_solve(1) == 4 * 2**20
     assert default.budget_per_solve(128) == default.budget_per_solve(4096) == 32 * 2**10
+    assert default.budget_per_solve(1024, enough=8880) == 8880
+    assert default.budget_per_solve(256, enough=8880) == 16 * 2**10
     for batch in (256, 1024, 4096):
         chosen = default.choose_schedule(_adaptive_loop(), state, batch_size=batch)
         assert isinstance(chosen, Segments)
+        assert chosen.length == (64 if batch > 256 else 126)
     # A budget the caller sets is shared by the batch, however large.
     explicit = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
     assert explicit.budget_per_solve(1024) == 4 * 2**10
