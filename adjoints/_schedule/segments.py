@@ -308,9 +308,9 @@ class _SegmentReversal(eqx.Module):
 
         skip = lambda: (carry, taped_rows.zero_residuals())
         # A bare tick (after thinning: before `first`) runs the same linearised step and
-        # tapes it into the scratch row: a second, plain copy of the step would lengthen
-        # compilation by a fifth, for ticks only a solve longer than the kept states
-        # cover runs.
+        # tapes it into the scratch row: a second, plain copy of the step would add a
+        # tenth to the program XLA compiles, for ticks that only a solve longer than the
+        # kept states cover runs.
         new, taped = if_any(active, linearised, skip)
         tape = taped_rows.put_residuals(tape, jnp.where(taping, k - first, length), taped)
         new = replay_decision(run.loop, self.kept[2], k, new)
