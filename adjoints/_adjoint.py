@@ -323,15 +323,16 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         state, whichever is larger) for the parameter leaves `diff` marks differentiated
         (None: every float one)."""
         bound = num_ticks_bound(loop)
-        per_solve = self.budget_per_solve(batch_size)
         per_state = per_tick = per_slot = carry_bytes(init)
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
+        per_solve = self.budget_per_solve(batch_size)
         if self.memory_budget is None:
             ticks = MIN_DEFAULT_TICKS_PER_SOLVE
             enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_tick)
-            per_solve = self.budget_per_solve(batch_size, enough)
-            per_solve = max(per_solve, least_states(bound) * per_state)
+            per_solve = max(
+                self.budget_per_solve(batch_size, enough), least_states(bound) * per_state
+            )
         chosen = self.chosen_schedule()
         if chosen is not None:
             sizing = Sizing(
@@ -380,8 +381,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         lowers the default's least share where it is less."""
         batch_size = max(batch_size, 1)
         if self.memory_budget is None:
-            least = MIN_DEFAULT_BUDGET_PER_SOLVE if enough is None else enough
-            least = min(least, MIN_DEFAULT_BUDGET_PER_SOLVE)
+            least = MIN_DEFAULT_BUDGET_PER_SOLVE
+            if enough is not None:
+                least = min(enough, least)
             return max(DEFAULT_MEMORY_BUDGET // batch_size, least)
         return self.memory_budget // batch_size
 
