@@ -282,9 +282,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       `memory_budget`. The last two need a number of steps known when traced and no
       output between steps. A name stands for the schedule with nothing given:
       `"tape"`, `"segments"`, `"online"`, `"states"`, `"revolve"`, `"nested"`.
-    - `decision_rows`: step-size decisions kept for recomputing schedules to replay:
-      those of the first `decision_rows` ticks (by default 2**17, 1 MiB in float64);
-      later ones are made again when recomputed.
+    - `decision_rows`: decisions (each step's verdict and size) kept for recomputing
+      schedules to impose: those of the first `decision_rows` ticks (by default 2**17,
+      1.1 MiB in float64); later ones are made again when recomputed (equal but for
+      rounding, which in float32 near the resolution can reverse a verdict).
     """
 
     checkpoints: int | None = None

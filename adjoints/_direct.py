@@ -12,6 +12,7 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jaxtyping import PyTree
 
@@ -28,7 +29,7 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
     scratch = scratch_writes(loop, params, init, buffers)
 
     def step(carry: PyTree) -> tuple[PyTree, tuple[Write, ...]]:
-        carry, writes = loop.tick(params, carry, scratch)
+        new, writes = loop.tick(params, carry, scratch)
         if loop.decision is not None:
             assert loop.replay is not None  # a loop with decisions replays them
             # Recomputed blocks must take the forward sweep's step sizes: a decision
@@ -37,9 +38,9 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
             # otherwise differentiate a slightly different discretisation (relative
             # errors of 1e-7 seen). The decision is saved, not recomputed, as is what
             # the body marked `decided` (a step's acceptance).
-            decision = decided(loop.decision(carry))
-            carry = loop.replay(carry, decision)
-        return carry, writes
+            decision = decided(loop.decision(carry, new))
+            new = loop.replay(new, decision, jnp.asarray(True))
+        return new, writes
 
     def tick(state: Plain, _: None) -> tuple[Plain, None]:
         carry, bufs = state

@@ -112,13 +112,17 @@ class Loop(eqx.Module):
     - `max_steps`: bound on the number of steps, or None.
     - `max_emits`: bound on the number of emit ticks (0: `pending` is never true, and
       ticks are steps without a branch).
-    - `decision(carry) -> array`, `replay(carry, decision) -> carry`: the part of the
-      carry that steers the loop (an adaptive step size) and how to impose it. Reverse
-      mode records it on the first sweep and replays it when recomputing: a quantity such
-      as an error estimate is a difference of nearly equal numbers, so a recomputation
-      compiled differently (one fused multiply-add more or less) would otherwise choose
-      step sizes differing in the 9th digit, and the gradient would be that of a slightly
-      different discretisation. None: the loop recomputes bit for bit (fixed steps).
+    - `decision(before, after) -> PyTree`, `obey(carry, decision, held) -> carry`,
+      `replay(carry, decision, held) -> carry`: what steers the loop (an adaptive step's
+      verdict and the next step's size), and how to impose it where `held` (else leave
+      the loop to decide): `obey` before a tick (the verdict, inside what is
+      differentiated), `replay` after it (the step size, outside it). Reverse mode
+      records the decisions on the first sweep and imposes them when recomputing: they
+      compare quantities such as an error estimate, a difference of nearly equal
+      numbers, so a recomputation compiled differently (one fused multiply-add more or
+      less) would otherwise choose step sizes differing in the 9th digit, or in float32
+      now and then reverse a verdict, and the gradient would be that of another
+      discretisation. None: the loop recomputes bit for bit (fixed steps).
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
     - `batch_size`: how many loops run together under `vmap` (see `_batching`): they run
@@ -146,8 +150,13 @@ class Loop(eqx.Module):
     emit: Callable[[PyTree, PyTree], tuple[PyTree, tuple[Write, ...]]] = eqx.field(static=True)
     max_steps: int | None = eqx.field(static=True, default=None)
     max_emits: int = eqx.field(static=True, default=0)
-    decision: Callable[[PyTree], Array] | None = eqx.field(static=True, default=None)
-    replay: Callable[[PyTree, Array], PyTree] | None = eqx.field(static=True, default=None)
+    decision: Callable[[PyTree, PyTree], PyTree] | None = eqx.field(static=True, default=None)
+    obey: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None = eqx.field(
+        static=True, default=None
+    )
+    replay: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None = eqx.field(
+        static=True, default=None
+    )
     num_steps: int | None = eqx.field(static=True, default=None)
     batch_size: int = eqx.field(static=True, default=1)
     reversal: Reversal | None = eqx.field(static=True, default=None)

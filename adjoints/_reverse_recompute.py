@@ -11,7 +11,16 @@ from ._binomial import next_checkpoint
 from ._lockstep import lockstep_while
 from ._loop import Buffers
 from ._packing import Rows
-from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state, replay_decision
+from ._sweep import (
+    Backward,
+    Cotangents,
+    Decisions,
+    SlotIndex,
+    get_state,
+    obey_decision,
+    put_state,
+    replay_decision,
+)
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
 Scalar = Int[Array, ""]
@@ -87,11 +96,15 @@ class _Recomputation(eqx.Module):
     back: Backward
 
     def tick(self, carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
-        """Tick `index` again, with the forward sweep's step-size decision."""
+        """Tick `index` again, with the forward sweep's decision."""
         run = self.back.run
+        decisions = self.decisions()
+        carry = obey_decision(run.loop, decisions, index, carry)
         carry, _ = run.loop.tick(run.params, carry, self.back.scratch)
-        decisions = self.back.sweep.kept[1][2]
         return replay_decision(run.loop, decisions, index, carry), index + 1
+
+    def decisions(self) -> Decisions:
+        return self.back.sweep.kept[1][2]
 
     def advance(
         self, target: Scalar, small: _Advance, large: _Stored, active: Bool[Array, ""]
@@ -129,6 +142,8 @@ class _Recomputation(eqx.Module):
             run.batched,
         )
         loop, params, diff = run.loop, run.params, run.diff
+        # The tick is differentiated as the forward sweep took it.
+        carry = obey_decision(loop, self.decisions(), target, carry)
         if run.batched:  # a finished sample reverses nothing
             ct_params, ct_carry, ct_bufs = batched_tick_vjp(
                 loop, params, diff, carry, ct_carry, ct_bufs, active=active, ct_params=ct_params

@@ -205,6 +205,15 @@ class _Undoing(eqx.Module):
             return new, (ct_params, ct_bufs)
         return tree_where(active, new, (k, e, after, ct_after, spare)), (ct_params, ct_bufs)
 
+    def obeying(self, before: PyTree, after: PyTree) -> PyTree:
+        """`before`, rebuilt, made to take the verdict the forward sweep took from it (the
+        kept counters of `after` say which): its vectors are rebuilt with other rounding."""
+        loop = self.loop
+        if loop.decision is None:
+            return before
+        assert loop.obey is not None  # a loop with decisions imposes them
+        return loop.obey(before, loop.decision(before, after), jnp.asarray(True))
+
     def step_vjp(self, small: _Small) -> tuple:
         """(The carry before step k, its cotangent, what its undo passed on, the
         parameters' cotangent)."""
@@ -214,7 +223,7 @@ class _Undoing(eqx.Module):
         else:
             small_before = _get(self.records.steps, k - e)
         before, spare = self.reversal.undo(self.params, after, small_before, spare)
-        lin = linearise(self.loop, self.params, self.diff, before)[1]
+        lin = linearise(self.loop, self.params, self.diff, self.obeying(before, after))[1]
         params_f = eqx.partition(self.params, self.diff)[0]
         ct_p, ct_before = transposed(lin, params_f, split_floats(before)[0])(
             split_floats(ct_after)[0]

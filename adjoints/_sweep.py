@@ -1,11 +1,13 @@
 """What the forward sweep of a checkpointed loop leaves for its reverse sweep, and the
 helpers both sweeps use to store and restore loop states (packed rows, see `Packing`)."""
 
+from typing import TypeAlias
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, ArrayLike, Bool, Int, PyTree, Shaped
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
@@ -18,12 +20,13 @@ Cotangents = tuple[PyTree, PyTree]
 # What a schedule keeps on the way forward: (a part selected per sample, a part written
 # only through scratch rows: slots, a tape, a decision record).
 Kept = tuple[PyTree, PyTree]
-Decisions = Shaped[Array, " rows *decision"] | None
+# A record of decisions: a PyTree of arrays of a row per tick, or None.
+Decisions: TypeAlias = PyTree
 
-# Step-size decisions kept for recomputation to replay, by default: those of the first
-# 2**17 ticks (1 MiB in float64), not one per tick of the bound, so that memory follows
-# the steps a solve takes rather than `max_steps`. A longer solve's later decisions are
-# made again when recomputed, as the forward sweep made them (equal but for rounding in a
+# Decisions kept for recomputation to impose, by default: those of the first 2**17 ticks
+# (1.1 MiB in float64), not one per tick of the bound, so that memory follows the steps a
+# solve takes rather than `max_steps`. A longer solve's later decisions are made again
+# when recomputed, as the forward sweep made them (equal but for rounding in a
 # differently compiled step).
 DECISION_ROWS = 2**17
 
@@ -113,36 +116,64 @@ def num_ticks_bound(loop: Loop) -> int:
 
 def decision_tape(run: Run) -> Decisions:
     """An empty record of step-size decisions, or None for a loop that makes none. Row
-    k + 1 holds the decision after tick k (row 0 is written by inactive samples and never
+    k + 1 holds the decision of tick k (row 0 is written by inactive samples and never
     read)."""
     loop = run.loop
     if loop.decision is None:
         return None
-    shape = jax.eval_shape(loop.decision, run.init)
+    shapes = jax.eval_shape(loop.decision, run.init, run.init)
     rows = min(num_ticks_bound(loop), run.decision_rows) + 1
-    return jnp.zeros((rows, *shape.shape), shape.dtype)
+    return jtu.tree_map(lambda s: jnp.zeros((rows, *s.shape), s.dtype), shapes)
 
 
 def record_decision(
-    loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree, active: Bool[ArrayLike, ""]
+    loop: Loop,
+    decisions: Decisions,
+    k: Int[Array, ""],
+    before: PyTree,
+    after: PyTree,
+    active: Bool[ArrayLike, ""],
 ) -> Decisions:
-    """Keep the decision of the carry after tick k, where the record has a row for it."""
+    """Keep the decision of tick k (from carry `before` to `after`), where the record has
+    a row for it."""
     if decisions is None:
         return None
     assert loop.decision is not None  # only a loop with decisions records them
-    row = jnp.where(active & (k + 1 < decisions.shape[0]), k + 1, 0)
-    return write_row(decisions, row, loop.decision(carry), batched=loop.batch_size > 1)
+    row = jnp.where(active & (k + 1 < _rows(decisions)), k + 1, 0)
+    batched = loop.batch_size > 1
+    write = lambda d, v: write_row(d, row, v, batched=batched)
+    return jtu.tree_map(write, decisions, loop.decision(before, after))
+
+
+def _recorded(loop: Loop, decisions: PyTree, k: Int[Array, ""]) -> tuple[PyTree, Bool[Array, ""]]:
+    """The recorded decision of tick k, and whether the record holds it."""
+    rows = _rows(decisions)
+    row = jnp.minimum(k + 1, rows - 1)
+    batched = loop.batch_size > 1
+    kept = jtu.tree_map(lambda d: read_row(d, row, batched=batched), decisions)
+    return kept, k + 1 < rows
+
+
+def obey_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
+    """The carry before recomputing tick k, made to take the forward sweep's verdict
+    where the record holds it."""
+    if decisions is None:
+        return carry
+    assert loop.obey is not None  # decisions were recorded
+    return loop.obey(carry, *_recorded(loop, decisions, k))
 
 
 def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
-    """The carry after recomputing tick k, with the forward sweep's decision put back
-    where the record holds it (later ticks keep the one just made)."""
+    """The carry after recomputing tick k, with the forward sweep's step size put back
+    where the record holds it."""
     if decisions is None:
         return carry
-    assert loop.decision is not None and loop.replay is not None  # decisions were recorded
-    rows = decisions.shape[0]
-    kept = read_row(decisions, jnp.minimum(k + 1, rows - 1), batched=loop.batch_size > 1)
-    return loop.replay(carry, jnp.where(k + 1 < rows, kept, loop.decision(carry)))
+    assert loop.replay is not None  # decisions were recorded
+    return loop.replay(carry, *_recorded(loop, decisions, k))
+
+
+def _rows(decisions: PyTree) -> int:
+    return jtu.tree_leaves(decisions)[0].shape[0]
 
 
 def put_state(

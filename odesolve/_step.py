@@ -22,6 +22,9 @@ from ._field import OneTrace, Rematerialised
 from ._results import RESULTS
 from ._solver._base import StartInput, StepContext, StepField, StepInput, StepResult
 
+# `State.verdict` when none is imposed.
+_NONE_IMPOSED = -1
+
 
 class State(eqx.Module):
     """The loop carry. `t` is where the next step starts, `t_next` where it should end.
@@ -31,6 +34,9 @@ class State(eqx.Module):
     - `row`: (t0, y0, dense vectors) of the last step, its interpolant, ending at `t`
       (None when no output or event reads it).
     - `saving`, `event`, `meter_last`: each feature's part (None when it is off).
+    - `verdict`: the verdict a reverse sweep that recomputes the next step imposes on it
+      (see `Decision`): 1 accept, 0 reject, -1 none (the controller's); None for fixed
+      steps.
     """
 
     t: Any
@@ -46,6 +52,43 @@ class State(eqx.Module):
     saving: _saving.SaveState
     event: _event.EventState | None
     meter_last: Any
+    verdict: Int[Array, ""] | None
+
+
+class Decision(eqx.Module):
+    """What a tick decided, as a reverse sweep that recomputes it replays it: the step's
+    verdict (1: accepted, 0: rejected or an emit) and where the next step ends.
+
+    A step's verdict compares an error estimate, a difference of nearly equal numbers,
+    with 1, and a recomputation compiled apart rounds differently: in float32 near the
+    resolution it is now and then reversed, and the reverse sweep would differentiate
+    another solution. So the recomputed step is made to take the first run's verdict
+    (`obey`, before it) and end where it ended (`replay`, after it, outside what is
+    differentiated: the end carries the derivative of the end time it was clipped to).
+    The controller's proposal carries no derivative, so neither changes a derivative.
+    """
+
+    verdict: Int[Array, ""]
+    t_next: Float[Array, ""]
+
+    @staticmethod
+    def taken(before: "State", after: "State") -> "Decision":
+        """The decision of the tick from `before` to `after`."""
+        verdict = (after.num_accepted - before.num_accepted).astype(jnp.int8)
+        return Decision(verdict, after.t_next)
+
+
+def obey(state: "State", decision: Decision, held: Bool[Array, ""]) -> "State":
+    """`state`, whose next step takes the verdict of `decision` where `held` (else its
+    controller's)."""
+    assert state.verdict is not None  # a loop with decisions has a verdict to impose
+    verdict = jnp.where(held, decision.verdict, _NONE_IMPOSED).astype(state.verdict.dtype)
+    return eqx.tree_at(lambda s: s.verdict, state, verdict)
+
+
+def replay(state: "State", decision: Decision, held: Bool[Array, ""]) -> "State":
+    """`state` after a step, ending its next step where `decision` says where `held`."""
+    return eqx.tree_at(lambda s: s.t_next, state, jnp.where(held, decision.t_next, state.t_next))
 
 
 def times(config: Config, *ts: Float[Array, ""]) -> tuple:
@@ -116,6 +159,7 @@ def initial_state(
         saving=_saving.initial_state(config.saving, params.save_ts),
         event=event,
         meter_last=meter_last,
+        verdict=jnp.full((), _NONE_IMPOSED, jnp.int8) if config.needs_error else None,
     )
 
 
@@ -171,6 +215,8 @@ def step(config: Config, params: Params, state: State) -> State:
     # reverse it (see `adjoints.decided`).
     proposal = jax.tree_util.tree_map(lambda x: decided(x) if eqx.is_array(x) else x, proposal)
     accept = jnp.asarray(proposal.accept)
+    if state.verdict is not None:  # where a recomputing reverse sweep imposes one
+        accept = jnp.where(state.verdict == _NONE_IMPOSED, accept, state.verdict == 1)
     stops = params.controller.jump_stops() if params.controller.has_jumps else None
     t_new, jumped = next_start(stops, accept, t0, t1)
     next_end = clipped_to_end(params, t_new, proposal.next_end)
@@ -200,6 +246,7 @@ def step(config: Config, params: Params, state: State) -> State:
         saving=_saving.after_step(config.saving, state.saving, accept, num_accepted),
         event=event,
         meter_last=_report_progress(config, params, state, t_new),
+        verdict=None if state.verdict is None else jnp.full_like(state.verdict, _NONE_IMPOSED),
     )
 
 

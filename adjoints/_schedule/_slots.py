@@ -51,7 +51,7 @@ def keep_before(
 def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[Array, ""]) -> Kept:
     """Record the step-size decision of the tick from `before` to `after`."""
     small, (slots, table, decisions) = kept
-    decisions = record_decision(run.loop, decisions, before.k, after.carry, active)
+    decisions = record_decision(run.loop, decisions, before.k, before.carry, after.carry, active)
     return small, (slots, table, decisions)
 
 

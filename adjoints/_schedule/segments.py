@@ -49,6 +49,7 @@ from .._sweep import (
     Tick,
     decision_tape,
     get_state,
+    obey_decision,
     put_state,
     record_decision,
     replay_decision,
@@ -146,7 +147,7 @@ class Segments(AbstractSchedule):
         stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
         rows = tape_rows(run.loop, run.params, run.diff, run.init)
         after, tape = taped_step(run, rows, at, tape, self._row(at, active), active)
-        decisions = record_decision(run.loop, decisions, at.k, after.carry, active)
+        decisions = record_decision(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, (stride, (tape, states, decisions))
 
     def emit(
@@ -156,7 +157,7 @@ class Segments(AbstractSchedule):
         rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
         tape = rows.put_carry(tape, self._row(at, active), at.carry)
         after, writes = emit_tick(run, at, active)
-        decisions = record_decision(run.loop, decisions, at.k, after.carry, active)
+        decisions = record_decision(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, writes, (stride, (tape, states, decisions))
 
     def thin(self, states: Rows, old: Int[Array, ""], new: Int[Array, ""]) -> Rows:
@@ -301,9 +302,10 @@ class _SegmentReversal(eqx.Module):
         run, length = self.run, self.schedule._sized()[0]
         layout, taped_rows = self.rows()
         taping = active & (k >= first)
+        obeying = obey_decision(run.loop, self.kept[2], k, carry)
 
         def linearised() -> tuple[PyTree, tuple[Array, ...]]:
-            new, linearisation = linearise(run.loop, run.params, run.diff, carry)
+            new, linearisation = linearise(run.loop, run.params, run.diff, obeying)
             return new, layout.taped(linearisation)
 
         skip = lambda: (carry, taped_rows.zero_residuals())
