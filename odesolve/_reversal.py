@@ -27,7 +27,7 @@ from adjoints import Reversal
 
 from . import _rewind, _step
 from ._config import Config, Params
-from ._solver._base import AbstractReversibleSolver, RetreatInput, StepContext
+from ._solver._base import AbstractReversibleSolver, RetreatInput
 
 
 def check_reversible(config: Config) -> AbstractReversibleSolver:
@@ -120,7 +120,7 @@ def _undo_step(
             y1=after.y,
             state1=after.solver_state,
             args=params.args,
-            context=_context(config, params),
+            context=_step.step_context(config, params),
             kept=kept.solver_state,
         )
     )
@@ -176,17 +176,13 @@ def _previous_row(
             y1=y,
             state1=z,
             args=params.args,
-            context=_context(config, params),
+            context=_step.step_context(config, params),
         )
     )
     moved = h != 0
     y0 = jnp.where(moved, y0, y)
     dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)
     return (t_prev, y0, dense), _tree_where(moved, z0, z)
-
-
-def _context(config: Config, params: Params) -> StepContext:
-    return StepContext(params.controller.tolerances(), params.direction, config.spec)
 
 
 def _tree_where(pred: Array, new: PyTree, old: PyTree) -> PyTree:

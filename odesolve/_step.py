@@ -179,7 +179,6 @@ def _attempt(
 ) -> StepResult:
     """The solver's attempt at the step from (t0, state.y) to t1."""
     # Implicit solvers take their Newton tolerances from the controller (see StepContext).
-    context = StepContext(params.controller.tolerances(), params.direction, config.spec)
     vf = StepField(Rematerialised(params.vf, OneTrace()), params.vf)
     return config.solver.advance(
         StepInput(
@@ -191,9 +190,15 @@ def _attempt(
             made_jump=state.made_jump,
             args=params.args,
             with_error=config.needs_error,
-            context=context,
+            context=step_context(config, params),
         )
     )
+
+
+def step_context(config: Config, params: Params) -> StepContext:
+    """What a step is told beyond itself (see `StepContext`)."""
+    span = jax.lax.stop_gradient(params.t_end - params.t_start)
+    return StepContext(params.controller.tolerances(), params.direction, config.spec, span)
 
 
 def step(config: Config, params: Params, state: State) -> State:

@@ -56,11 +56,15 @@ class StepContext(eqx.Module):
     - `direction`: +1 or -1, the sign of t1 - t0: the vector field a solver is given runs
       in tau = direction * t, so a user-supplied Jacobian must be mapped the same way.
     - `spec`: the static layout of the user's state (`FlatSpec`).
+    - `span`: the length of the solve, |t1 - t0|, carrying no derivative (None where
+      unknown): how many steps of a size fit it, for a solver whose errors add up
+      step after step (`Reversible`).
     """
 
     tolerances: tuple[Any, Any] | None
     direction: Any
     spec: FlatSpec | None = eqx.field(static=True)
+    span: Any = None
 
 
 class StartInput(eqx.Module):
