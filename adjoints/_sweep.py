@@ -1,6 +1,7 @@
 """What the forward sweep of a checkpointed loop leaves for its reverse sweep, and the
 helpers both sweeps use to store and restore loop states (packed rows, see `Packing`)."""
 
+from collections.abc import Callable
 from typing import TypeAlias
 
 import equinox as eqx
@@ -157,19 +158,26 @@ def _recorded(loop: Loop, decisions: PyTree, k: Int[Array, ""]) -> tuple[PyTree,
 def obey_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
     """The carry before recomputing tick k, made to take the forward sweep's verdict
     where the record holds it."""
-    if decisions is None:
-        return carry
-    assert loop.obey is not None  # decisions were recorded
-    return loop.obey(carry, *_recorded(loop, decisions, k))
+    return _impose(loop, loop.obey, decisions, k, carry)
 
 
 def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
     """The carry after recomputing tick k, with the forward sweep's step size put back
     where the record holds it."""
+    return _impose(loop, loop.replay, decisions, k, carry)
+
+
+def _impose(
+    loop: Loop,
+    hook: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None,
+    decisions: Decisions,
+    k: Int[Array, ""],
+    carry: PyTree,
+) -> PyTree:
     if decisions is None:
         return carry
-    assert loop.replay is not None  # decisions were recorded
-    return loop.replay(carry, *_recorded(loop, decisions, k))
+    assert hook is not None  # a loop that records decisions imposes them
+    return hook(carry, *_recorded(loop, decisions, k))
 
 
 def _rows(decisions: PyTree) -> int:
