@@ -820,6 +820,7 @@ def test_reverse_mode_without_max_steps_is_a_clear_error(adjoint):
         jax.grad(loss)(PARAMS)
 
 
+@pytest.mark.matrix  # every output under vmap: 9 s
 def test_batched_outputs_and_gradients_match_per_sample_with_every_output():
     """Under vmap the loops run in lockstep (samples emit at different ticks, and
     finished samples write scratch rows only): every kind of output and its gradient

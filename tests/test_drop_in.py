@@ -690,6 +690,7 @@ def _own_term_loss(rate, own, adjoint):
     return jnp.sum(sol.ys**2)
 
 
+@pytest.mark.matrix  # 16 s
 def test_a_term_of_ones_own_differentiates_as_the_ode_it_writes():
     loss = _own_term_loss
     rates = jnp.array([0.5, 1.0, 2.0])

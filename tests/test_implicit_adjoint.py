@@ -42,6 +42,7 @@ def test_the_steady_state_and_its_derivatives():
     np.testing.assert_allclose(jax.jacrev(steady_state, argnums=1)(PARAMS, Y0), 0.0)
 
 
+@pytest.mark.matrix  # every transformation order: 12 s
 def test_transformation_orders_agree_with_one_sample_at_a_time():
     batch = jnp.array([[2.0, 0.5], [1.0, 1.0], [1.5, 0.75]])
     loss = lambda p: jnp.sum(steady_state(p) ** 2)

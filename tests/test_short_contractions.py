@@ -115,7 +115,7 @@ _DEFAULT, _DIRECT = ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint()
 @pytest.mark.parametrize(
     "order",
     [
-        "grad(vmap)",
+        pytest.param("grad(vmap)", marks=pytest.mark.matrix),  # 18 s
         pytest.param("vmap(grad)", marks=pytest.mark.matrix),
         pytest.param("jit(grad)", marks=pytest.mark.matrix),
         pytest.param("vmap(grad) batched parameters", marks=pytest.mark.matrix),

@@ -466,6 +466,7 @@ def _stiff_loss(k, adjoint):
     return jnp.sum(sol.ys * jnp.array([1.0, 1e4, 2.0]))
 
 
+@pytest.mark.matrix  # every adjoint on a stiff solve: 13 s
 def test_gradients_through_every_adjoint_agree():
     """Discretise-then-optimise gradients (fixed steps, no Newton configuration) agree
     across the default adjoint, DirectAdjoint, forward mode and central differences."""

@@ -70,7 +70,10 @@ def _dense_saved(a, ts, y0, adjoint=ode.RecursiveCheckpointAdjoint()):
     return sol.ys
 
 
-@pytest.mark.parametrize("order", ["grad(vmap)", "vmap(grad)"])
+@pytest.mark.parametrize(
+    "order",
+    [pytest.param("grad(vmap)", marks=pytest.mark.matrix), "vmap(grad)"],  # 13 s each
+)
 def test_many_save_times_per_step_under_vmap(order):
     ts, y0 = jnp.asarray(DENSE_TS), jnp.asarray(Y0)
     ys = jax.jit(jax.vmap(_dense_saved, in_axes=(None, 0, 0)))(A, ts, y0)
