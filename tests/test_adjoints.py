@@ -247,7 +247,7 @@ def test_revolve_gradient_matches_unrolled_loop():
 @pytest.mark.parametrize(
     "lengths",
     [
-        (6,),
+        pytest.param((6,), marks=pytest.mark.matrix),  # 10 s
         pytest.param((8, 3), marks=pytest.mark.matrix),
         pytest.param((12, 4, 2), marks=pytest.mark.matrix),
     ],
@@ -782,7 +782,9 @@ def test_a_memory_budget_bounds_a_known_step_count_gradient():
 
 
 @pytest.mark.parametrize(
-    "controller", [None, pytest.param(PID, marks=pytest.mark.matrix)], ids=["revolve", "online"]
+    "controller",
+    [pytest.param(None, marks=pytest.mark.matrix), pytest.param(PID, marks=pytest.mark.matrix)],
+    ids=["revolve", "online"],  # 9 s each
 )
 def test_each_checkpoint_is_stored_once(controller):
     """An extra checkpoint costs what an extra taped state costs: one stored carry. (A

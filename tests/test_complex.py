@@ -74,7 +74,12 @@ def _population(strength, solver, adjoint, field=nonlinear):
 
 
 @pytest.mark.parametrize(
-    "solver", [ode.Tsit5(), pytest.param(ode.Kvaerno5(), marks=pytest.mark.matrix)], ids=type
+    "solver",
+    [
+        pytest.param(ode.Tsit5(), marks=pytest.mark.matrix),  # 14 s
+        pytest.param(ode.Kvaerno5(), marks=pytest.mark.matrix),
+    ],
+    ids=type,
 )
 def test_gradient_of_a_real_parameter_by_every_adjoint(solver):
     forward = jax.jacfwd(_population)(1.0, solver, ode.ForwardMode())

@@ -103,6 +103,7 @@ def _read(lib, ys):
     return jax.jit(read)(ys)
 
 
+@pytest.mark.matrix  # 9 s
 def test_paths_evaluate_as_diffrax_at_knots_between_and_beyond():
     ys = {"x": _channels(), "y": jnp.asarray(DATA["observed"])}
     _close(_read(ode, ys), _read(diffrax, ys))

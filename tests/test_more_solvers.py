@@ -222,6 +222,7 @@ def test_subsaveat_equals_separate_solves():
     np.testing.assert_allclose(sol.evaluate(4.0), sol.ys["ends"][1][0], rtol=1e-14)
 
 
+@pytest.mark.matrix  # 9 s
 def test_subsaveat_gradient_and_structure_as_diffrax():
     def loss(rate, lib):
         subs = [lib.SubSaveAt(ts=jnp.array([1.0, 2.0])), lib.SubSaveAt(t1=True)]

@@ -169,7 +169,10 @@ def test_a_reversible_solver_keeps_its_base_order(base, order):
 SAVE_AT_T1 = pytest.param(ode.SaveAt(t1=True), marks=pytest.mark.matrix, id="t1")
 
 
-@pytest.mark.parametrize("saveat", [ode.SaveAt(ts=jnp.linspace(0, 1, 5)), SAVE_AT_T1])
+SAVE_AT_TS = pytest.param(ode.SaveAt(ts=jnp.linspace(0, 1, 5)), marks=pytest.mark.matrix, id="ts")
+
+
+@pytest.mark.parametrize("saveat", [SAVE_AT_TS, SAVE_AT_T1])  # 10 s each
 def test_memory_with_constant_steps_does_not_grow_with_the_number_of_steps(saveat):
     """1,000 and 100,000 steps take the same memory: nothing is kept per step (a step's
     times and counters are rebuilt from the carry after it); keeping even one float a
