@@ -14,11 +14,12 @@ from ._packing import Rows
 from ._sweep import (
     Backward,
     Cotangents,
-    Decisions,
+    Recorded,
     SlotIndex,
     get_state,
     obey_decision,
     put_state,
+    recorded_decision,
     replay_decision,
 )
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
@@ -98,13 +99,13 @@ class _Recomputation(eqx.Module):
     def tick(self, carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
         """Tick `index` again, with the forward sweep's decision."""
         run = self.back.run
-        decisions = self.decisions()
-        carry = obey_decision(run.loop, decisions, index, carry)
+        recorded = self.recorded(index)
+        carry = obey_decision(run.loop, recorded, carry)
         carry, _ = run.loop.tick(run.params, carry, self.back.scratch)
-        return replay_decision(run.loop, decisions, index, carry), index + 1
+        return replay_decision(run.loop, recorded, carry), index + 1
 
-    def decisions(self) -> Decisions:
-        return self.back.sweep.kept[1][2]
+    def recorded(self, k: Scalar) -> Recorded:
+        return recorded_decision(self.back.run.loop, self.back.sweep.kept[1][2], k)
 
     def advance(
         self, target: Scalar, small: _Advance, large: _Stored, active: Bool[Array, ""]
@@ -143,7 +144,7 @@ class _Recomputation(eqx.Module):
         )
         loop, params, diff = run.loop, run.params, run.diff
         # The tick is differentiated as the forward sweep took it.
-        carry = obey_decision(loop, self.decisions(), target, carry)
+        carry = obey_decision(loop, self.recorded(target), carry)
         if run.batched:  # a finished sample reverses nothing
             ct_params, ct_carry, ct_bufs = batched_tick_vjp(
                 loop, params, diff, carry, ct_carry, ct_bufs, active=active, ct_params=ct_params

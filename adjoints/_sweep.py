@@ -23,6 +23,8 @@ Cotangents = tuple[PyTree, PyTree]
 Kept = tuple[PyTree, PyTree]
 # A record of decisions: a PyTree of arrays of a row per tick, or None.
 Decisions: TypeAlias = PyTree
+# One tick's recorded decision and whether the record holds it, or None.
+Recorded: TypeAlias = tuple[PyTree, Bool[Array, ""]] | None
 
 # Decisions kept for recomputation to impose, by default: those of the first 2**17 ticks
 # (1.1 MiB in float64), not one per tick of the bound, so that memory follows the steps a
@@ -146,8 +148,11 @@ def record_decision(
     return jtu.tree_map(write, decisions, loop.decision(before, after))
 
 
-def _recorded(loop: Loop, decisions: PyTree, k: Int[Array, ""]) -> tuple[PyTree, Bool[Array, ""]]:
-    """The recorded decision of tick k, and whether the record holds it."""
+def recorded_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""]) -> Recorded:
+    """The forward sweep's decision of tick k, read once for both sides of recomputing
+    it, and whether the record holds it (None: the loop records none)."""
+    if decisions is None:
+        return None
     rows = _rows(decisions)
     row = jnp.minimum(k + 1, rows - 1)
     batched = loop.batch_size > 1
@@ -155,29 +160,27 @@ def _recorded(loop: Loop, decisions: PyTree, k: Int[Array, ""]) -> tuple[PyTree,
     return kept, k + 1 < rows
 
 
-def obey_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
-    """The carry before recomputing tick k, made to take the forward sweep's verdict
+def obey_decision(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
+    """The carry before recomputing a tick, made to take the forward sweep's verdict
     where the record holds it."""
-    return _impose(loop, loop.obey, decisions, k, carry)
+    return _impose(loop.obey, recorded, carry)
 
 
-def replay_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""], carry: PyTree) -> PyTree:
-    """The carry after recomputing tick k, with the forward sweep's step size put back
+def replay_decision(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
+    """The carry after recomputing a tick, with the forward sweep's step size put back
     where the record holds it."""
-    return _impose(loop, loop.replay, decisions, k, carry)
+    return _impose(loop.replay, recorded, carry)
 
 
 def _impose(
-    loop: Loop,
     hook: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None,
-    decisions: Decisions,
-    k: Int[Array, ""],
+    recorded: Recorded,
     carry: PyTree,
 ) -> PyTree:
-    if decisions is None:
+    if recorded is None:
         return carry
     assert hook is not None  # a loop that records decisions imposes them
-    return hook(carry, *_recorded(loop, decisions, k))
+    return hook(carry, *recorded)
 
 
 def _rows(decisions: PyTree) -> int:

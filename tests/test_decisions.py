@@ -37,10 +37,16 @@ def _loss(p, adjoint):
 @pytest.mark.parametrize(
     "adjoint", [ode.DirectAdjoint(), ode.RecursiveCheckpointAdjoint(checkpoints=16)]
 )
-def test_reverse_mode_agrees_with_forward_mode_in_a_batch(adjoint):
+@pytest.mark.parametrize("order", ["vmap(grad)", "grad(vmap)"])
+def test_reverse_mode_agrees_with_forward_mode_in_a_batch(adjoint, order):
     noise = jax.random.normal(jax.random.key(0), (256, 3), jnp.float32)
     ps = jnp.array([10.0, 28.0, 8 / 3], jnp.float32) * (1 + 0.05 * noise)
-    reverse = np.asarray(jax.jit(jax.vmap(jax.grad(lambda p: _loss(p, adjoint))))(ps))
+    loss = lambda p: _loss(p, adjoint)
+    if order == "vmap(grad)":
+        reverse = jax.jit(jax.vmap(jax.grad(loss)))(ps)
+    else:  # the batch's summed loss: each sample's parameters get their own gradient
+        reverse = jax.jit(jax.grad(lambda p: jnp.sum(jax.vmap(loss)(p))))(ps)
+    reverse = np.asarray(reverse)
     forward = jax.jit(jax.vmap(jax.jacfwd(lambda p: _loss(p, ode.ForwardMode()))))(ps)
     forward = np.asarray(forward)
     scale = np.max(np.abs(forward), axis=1, keepdims=True)

@@ -52,6 +52,7 @@ from .._sweep import (
     obey_decision,
     put_state,
     record_decision,
+    recorded_decision,
     replay_decision,
 )
 from .._ticks import Ticks, run_ticks
@@ -292,7 +293,7 @@ class _SegmentReversal(eqx.Module):
         row = jnp.where(active & (k >= first), k - first, length)
         tape = self.rows()[1].put_carry(large[0], row, carry)
         new, _ = loop.emit(self.run.params, carry)  # its writes were made by the first sweep
-        new = replay_decision(loop, self.kept[2], k, new)
+        new = replay_decision(loop, recorded_decision(loop, self.kept[2], k), new)
         return (k + active.astype(jnp.int32), tree_where(active, new, carry)), (tape, ())
 
     def retape_step(
@@ -302,7 +303,8 @@ class _SegmentReversal(eqx.Module):
         run, length = self.run, self.schedule._sized()[0]
         layout, taped_rows = self.rows()
         taping = active & (k >= first)
-        obeying = obey_decision(run.loop, self.kept[2], k, carry)
+        recorded = recorded_decision(run.loop, self.kept[2], k)
+        obeying = obey_decision(run.loop, recorded, carry)
 
         def linearised() -> tuple[PyTree, tuple[Array, ...]]:
             new, linearisation = linearise(run.loop, run.params, run.diff, obeying)
@@ -315,5 +317,5 @@ class _SegmentReversal(eqx.Module):
         # kept states cover runs.
         new, taped = if_any(active, linearised, skip)
         tape = taped_rows.put_residuals(tape, jnp.where(taping, k - first, length), taped)
-        new = replay_decision(run.loop, self.kept[2], k, new)
+        new = replay_decision(run.loop, recorded, new)
         return (k + active.astype(jnp.int32), tree_where(active, new, carry)), tape
