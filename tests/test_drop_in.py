@@ -636,10 +636,16 @@ def test_rejected_steps_are_stored_and_landed_on():
         ys = solve(100, a, adjoint).ys
         return jnp.sum(jnp.where(jnp.isfinite(ys), ys, 0.0))
 
+    # Each adjoint differentiates the solve its own compiled program takes. On this stiff
+    # field a rounding difference between two programs moves an accept/reject verdict now
+    # and then, and the solves then differ by about 1e-7 (seen with LLVM's optimisation
+    # off: gradients 2.6e-8 apart, each exact for its own solve); with the same
+    # discretisation they agree to 1e-15. A missing path through the stored times would
+    # be off in the leading digits.
     np.testing.assert_allclose(
         jax.grad(loss)(50.0, ode.RecursiveCheckpointAdjoint()),
         jax.grad(loss)(50.0, ode.DirectAdjoint()),
-        rtol=1e-8,
+        rtol=1e-6,
     )
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="store_rejected_steps"):
