@@ -17,6 +17,8 @@ must be pure, as for `_closure`.
 """
 
 import collections
+import functools
+import types
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -29,6 +31,9 @@ from adjoints import is_concrete
 
 _SIZE = 64
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
+# Leaves fixed in a program by their value (as any leaf that is neither an array nor a
+# number), found by their exact type.
+_PLAIN = frozenset({bool, str, types.FunctionType, types.BuiltinFunctionType, functools.partial})
 
 
 class _Compiled:
@@ -79,6 +84,19 @@ def _split(inputs: dict[str, Any]) -> tuple[Hashable, tuple, Any, list, list, li
     arrays: list = []
     at: list[int] = []
     for i, x in enumerate(leaves):
+        kind = type(x)
+        # Most leaves are Python scalars and functions: told apart by their exact type
+        # before the slower checks against the array types (NumPy's float64 subclasses
+        # float, so only the exact types are taken here).
+        if kind in _PLAIN:
+            record.append((kind, x))
+            fixed.append(x)
+            continue
+        if kind is float or kind is int or kind is complex:
+            record.append(kind)
+            numbers.append(x)
+            fixed.append(x)
+            continue
         if isinstance(x, _ARRAYS):
             if isinstance(x, jax.core.Tracer):
                 return None

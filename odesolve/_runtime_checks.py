@@ -66,6 +66,8 @@ def raise_if_failed(sol: Solution) -> Solution:
     runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
     code = trace_time_value(sol.result._value)
     if code is not None:
+        if np.all(code == RESULTS.successful.value):  # the usual case, told at once
+            return sol
         codes = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
         if codes:
             raise SolveError(failure_message(max(codes)))

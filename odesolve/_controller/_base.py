@@ -27,6 +27,8 @@ from .._time import as_times
 def concrete_float(x: object) -> float | None:
     """`x` as a Python float when it is known at trace time, else None (a tracer, or not
     a real scalar)."""
+    if type(x) is float or type(x) is int:  # the usual case, without a NumPy round trip
+        return float(x)
     value = trace_time_value(x)
     if value is None:
         return None

@@ -107,18 +107,21 @@ class PIDController(AbstractAdaptiveStepSizeController):
     def __check_init__(self):
         """Values known when constructed (numbers, NumPy or concrete JAX scalars) are
         checked here; traced ones cannot be."""
-        for name in ("rtol", "atol", "dtmin", "dtmax", "factormin", "factormax", "safety"):
-            value = getattr(self, name)
+        # The fields read once, as a dict: a Module's attribute access is slow, and a
+        # script that builds its controller on every call pays for each read.
+        fields = vars(self)
+        for name in _RANGES:
+            value = fields[name]
             if isinstance(value, (str, bytes)):
                 raise TypeError(f"PIDController({name}={value!r}): pass a number.")
-        known = {name: _known(getattr(self, name)) for name in _RANGES}
+        known = {name: _known(fields[name]) for name in _RANGES}
         for name, (low, high, closed_low, fix) in _RANGES.items():
             value = known[name]
             if value is None:
                 continue
             above = value >= low if closed_low else value > low
             if not (above and value <= high):  # also catches nan
-                given = getattr(self, name)
+                given = fields[name]
                 shown = given if isinstance(given, (int, float)) else f"{value:.6g}"
                 raise ValueError(f"PIDController({name}={shown}): {fix}")
         if known["rtol"] == 0 and known["atol"] == 0:

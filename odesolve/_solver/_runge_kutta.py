@@ -107,8 +107,10 @@ class AbstractTableauMethod(AbstractSolver):
     implicit stages always run in one `lax.scan`."""
 
     tableau: eqx.AbstractClassVar[ButcherTableau | ImplicitTableau]
-    scan_stages: bool = eqx.field(default=False, kw_only=True, static=True)
-    scan_kind: str | None = eqx.field(default=None, kw_only=True, static=True)
+    # Plain fields, as Diffrax's: a static one costs a check on every construction, and a
+    # script may build its solver on every call.
+    scan_stages: bool = eqx.field(default=False, kw_only=True)
+    scan_kind: str | None = eqx.field(default=None, kw_only=True)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
