@@ -440,18 +440,24 @@ def covering_cases(light: bool = False, seed: int = 0, strength: int = 2) -> lis
     1: every value) that some valid case covers (greedy, as in AETG: each new case the
     best of a random sample); `light`: of the values outside `HEAVY`."""
     cases = all_cases(light)
-    uncovered = set().union(*(_combinations(c, strength) for c in cases))
+    # Each case's combinations, and the cases holding each combination (in case order),
+    # computed once: every pytest worker builds these sets when it collects.
+    held = {c: _combinations(c, strength) for c in cases}
+    holders: dict[tuple, list[Case]] = {}
+    for c in cases:
+        for combination in held[c]:
+            holders.setdefault(combination, []).append(c)
+    uncovered = set(holders)
     rng = random.Random(seed)
     chosen = []
     while uncovered:
         # Start from a case covering some uncovered combination, then take the best of a
         # sample.
-        wanted = min(uncovered)
-        starters = [c for c in cases if wanted in _combinations(c, strength)]
+        starters = holders[min(uncovered)]
         sample = rng.sample(starters, min(len(starters), 40))
-        best = max(sample, key=lambda c: len(_combinations(c, strength) & uncovered))
+        best = max(sample, key=lambda c: len(held[c] & uncovered))
         chosen.append(best)
-        uncovered -= _combinations(best, strength)
+        uncovered -= held[best]
     return chosen
 
 
