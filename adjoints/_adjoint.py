@@ -88,6 +88,14 @@ RESIDUAL_RATIO = 4
 # reaction-diffusion state of 2,000 float64, 160 KB rows, ran in 2.06 of Diffrax's time
 # with taped segments and in 1.04 with bare states).
 LARGE_ROW_BYTES = 64 * 2**10
+# ...and from which an unbatched solve keeps bare states when its step does few operations
+# a byte of its row (`_work`): a discretised field of a few operations a point recomputes
+# a step faster than its row is written and read back (benchmarks/README.md: a
+# reaction-diffusion state of 50 to 800 points, 2.3 operations a byte, 1.4 to 1.8 times
+# faster with bare states; an MLP field, 39 to 154 a byte, and a batch under `vmap`,
+# slower). Below it, the loop's own cost a tick dominates and taping is faster.
+CHEAP_ROW_BYTES = 2 * 2**10
+CHEAP_OPERATIONS_PER_BYTE = 8
 
 
 def least_states(bound: int) -> int:
@@ -231,19 +239,20 @@ def carry_bytes(init: Any) -> int:
     return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
-def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int, int, int]:
+def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int, int, int, int]:
     """Bytes of (a stored state; a taping row: the larger of a state and a step's
     residuals; an online slot: a state and the residuals beside it) when the parameter
-    leaves `diff` says are differentiated; None: every float one (an upper bound). The
-    sweeps size their rows with the same `diff`, and so reuse this trace of the step."""
+    leaves `diff` says are differentiated; None: every float one (an upper bound); and
+    the step's floating-point operations (`_work`). The sweeps size their rows with the
+    same `diff`, and so reuse this trace of the step."""
     if diff is None:
         is_float = lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
         diff = jtu.tree_map(is_float, params)
-    _, taped = tape_rows(loop, params, diff, init)
+    layout, taped = tape_rows(loop, params, diff, init)
     online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
     size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
     (floats, ints), itemsize = taped.carry_packing.sizes(), jnp.dtype(taped.float_dtype).itemsize
-    return floats * itemsize + ints * 4, size(taped), size(online)
+    return floats * itemsize + ints * 4, size(taped), size(online), layout.operations
 
 
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
@@ -259,8 +268,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       unknown number (adaptive steps), taped segments: the longest tape of steps that
       fits beside the states before its segments (before each segment of the bound, or
       at most 8, thinned as the loop runs), so that a solve that ends within one
-      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES` (then bare
-      states, thinned online); where a step's residuals are so much larger than a
+      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or, for a solve
+      not under `vmap`, `CHEAP_ROW_BYTES` for a step of at most
+      `CHEAP_OPERATIONS_PER_BYTE` operations a byte of it (then bare states, thinned
+      online: recomputing such a step costs less than its row's traffic); where a step's residuals are so much larger than a
       state that bare states hold `RESIDUAL_RATIO` times as many ticks, bare states,
       each tick's VJP recomputed from its state; failing those, as many states as
       fit. A count of at least the loop's bound tapes. With a count and a known number
@@ -325,8 +336,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         (None: every float one)."""
         bound = num_ticks_bound(loop)
         per_state = per_tick = per_slot = carry_bytes(init)
+        per_step = None  # the step's operations, when traced
         if params is not None and self.checkpoints is None:
-            per_state, per_tick, per_slot = row_bytes(loop, params, init, diff)
+            per_state, per_tick, per_slot, per_step = row_bytes(loop, params, init, diff)
         per_solve = self.budget_per_solve(batch_size)
         if self.memory_budget is None:
             ticks = MIN_DEFAULT_TICKS_PER_SOLVE
@@ -353,7 +365,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
                 states = min(per_solve // max(per_state, 1), bound)
                 length = 0 if segments is None or segments.length is None else segments.length
-                large_rows = per_tick >= LARGE_ROW_BYTES
+                large_rows = per_tick >= LARGE_ROW_BYTES or (
+                    batch_size == 1 and _cheap_rows(per_tick, per_step)
+                )
                 if segments is not None and not large_rows and RESIDUAL_RATIO * length >= states:
                     return segments
                 many = states >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
@@ -391,6 +405,17 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
     def run_loop(self, loop, params, init, buffers, problem=None):
         how = Checkpointing(self.choose_schedule, self.decision_rows)
         return checkpointed_loop(loop, how, params, init, buffers)
+
+
+def _cheap_rows(per_tick: int, per_step: int | None) -> bool:
+    """Whether a step's row takes `CHEAP_ROW_BYTES` or more for at most
+    `CHEAP_OPERATIONS_PER_BYTE` operations a byte: recomputed, it costs less than its
+    row's traffic."""
+    return (
+        per_step is not None
+        and per_tick >= CHEAP_ROW_BYTES
+        and (per_step <= CHEAP_OPERATIONS_PER_BYTE * per_tick)
+    )
 
 
 def _offline(loop: Loop) -> bool:

@@ -33,6 +33,7 @@ from ._contractions import with_short_contractions
 from ._loop import Loop
 from ._packing import Packing, Rows, common_float, is_float
 from ._rows import read_row, write_row
+from ._work import operations
 
 _TAPED, _PARAM, _CONST = "taped", "param", "const"
 
@@ -80,6 +81,8 @@ class Layout:
         self, linearisation: Linearisation, params: PyTree, tangents: tuple[PyTree, PyTree]
     ) -> None:
         self.tangents = tangents  # shapes of (differentiated params, carry float leaves)
+        # The step's floating-point operations (`_work`), counted where it is traced.
+        self.operations = 0
         leaves, self.treedef = jtu.tree_flatten(linearisation)
         param_leaves = jtu.tree_leaves(params)
         # Per leaf of the linearisation: where it comes from, and its index there.
@@ -155,6 +158,7 @@ def layout_of(loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree) -> 
 
     closed = eqx.filter_make_jaxpr(trace)(params, carry)[0]
     found[0].fold(_literals(closed.jaxpr))
+    found[0].operations = operations(closed.jaxpr)
     loop.memo.put(key, found[0])
     return found[0]
 

@@ -20,6 +20,7 @@ from adjoints._adjoint import least_states
 from adjoints._loop import Loop
 from adjoints._schedule import Nested, Online, Segments, States, forward_steps, next_checkpoint
 from adjoints._schedule.nested import _bytes, _smallest
+from adjoints._work import operations
 
 # ------------------------------------------------------------------ binomial rule
 
@@ -466,3 +467,66 @@ def test_a_large_state_keeps_bare_states_and_never_fewer_than_log2_of_the_bound(
     # Rows under 64 KiB are taped in segments as before.
     chosen = default.choose_schedule(_adaptive_loop(), jnp.zeros(4_000, jnp.float32))
     assert isinstance(chosen, Segments)
+
+
+def _chosen_schedules(monkeypatch) -> list:
+    """Records the schedule the default adjoint chooses for each solve traced."""
+    chosen: list = []
+    choose = ode.RecursiveCheckpointAdjoint.choose_schedule
+
+    def recording(self, *args, **kwargs):
+        chosen.append(choose(self, *args, **kwargs))
+        return chosen[-1]
+
+    monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
+    return chosen
+
+
+def _diffusion_gradient(field, y0, args, batch: int | None = None):
+    def loss(args, y0):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field), ode.Tsit5(), 0.0, 0.1, 1e-4, y0, args,
+            stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-8),
+            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 0.1, 11)), max_steps=100_000,
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    if batch is not None:
+        y0 = y0 * jnp.linspace(0.5, 1.0, batch)[:, None]
+        single = loss
+        loss = lambda args, y0s: jnp.sum(jax.vmap(lambda y0: single(args, y0))(y0s))
+    jax.jit(jax.grad(loss)).lower(args, y0)  # traced, not compiled
+
+
+def test_a_cheap_step_on_a_large_state_keeps_bare_states_when_unbatched(monkeypatch):
+    # A reaction-diffusion field on 200 points: 16 KB rows for 2.3 operations a byte.
+    # Recomputing a step from its state is cheaper than writing and reading back its
+    # row (benchmarks/README.md): bare states. An MLP field, whose row costs 39
+    # operations a byte, and the same field under vmap keep taped segments.
+    chosen = _chosen_schedules(monkeypatch)
+    x = jnp.linspace(0.0, 1.0, 200)
+
+    def diffusion(t, y, args):
+        return args * (jnp.roll(y, 1) - 2 * y + jnp.roll(y, -1)) + y * (1 - y)
+
+    _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0))
+    assert isinstance(chosen[-1], States)
+    _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=4)
+    assert isinstance(chosen[-1], Segments)
+    keys = jax.random.split(jax.random.key(0), 2)
+    weights = (jax.random.normal(keys[0], (128, 32)), jax.random.normal(keys[1], (32, 128)))
+    mlp = lambda t, y, w: w[1] @ jnp.tanh(w[0] @ y) / 128
+    _diffusion_gradient(mlp, jnp.ones(32), weights)
+    assert isinstance(chosen[-1], Segments)
+
+
+def test_operations_count_products_by_their_depth_and_the_rest_by_element():
+    jaxpr = lambda f, *xs: jax.make_jaxpr(f)(*xs).jaxpr
+    a, v = jnp.ones((8, 16)), jnp.ones(16)
+    assert operations(jaxpr(lambda a, v: a @ v, a, v)) == 2 * 8 * 16
+    assert operations(jaxpr(lambda v: jnp.sin(v) * v, v)) == 2 * 16
+    # A branch counts its dearest branch; a scan its body times its length.
+    branch = lambda p, v: jax.lax.cond(p, lambda v: v * v * v, lambda v: v, v)
+    assert operations(jaxpr(branch, True, v)) == 2 * 16 + 1  # and the predicate's cast
+    looped = lambda v: jax.lax.scan(lambda c, _: (c * 2.0, None), v, length=5)[0]
+    assert operations(jaxpr(looped, v)) == 5 * 16
