@@ -271,13 +271,14 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or, for a solve
       not under `vmap`, `CHEAP_ROW_BYTES` for a step of at most
       `CHEAP_OPERATIONS_PER_BYTE` operations a byte of it (then bare states, thinned
-      online: recomputing such a step costs less than its row's traffic); where a step's residuals are so much larger than a
-      state that bare states hold `RESIDUAL_RATIO` times as many ticks, bare states,
-      each tick's VJP recomputed from its state; failing those, as many states as
-      fit. A count of at least the loop's bound tapes. With a count and a known number
-      of steps, states are placed by Griewank's binomial rule (optimal for that count);
-      with an unknown number, by online thinning, which behaves as taping for as long
-      as the states taken so far fit.
+      online: recomputing such a step costs less than its row's traffic); where a
+      step's residuals are so much larger than a state that bare states hold
+      `RESIDUAL_RATIO` times as many ticks, bare states, each tick's VJP recomputed
+      from its state; failing those, as many states as fit. A count of at least the
+      loop's bound tapes. With a count and a known number of steps, states are placed
+      by Griewank's binomial rule (optimal for that count); with an unknown number, by
+      online thinning, which behaves as taping for as long as the states taken so far
+      fit.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
       4 MiB, at least 32 KiB per sample (more than 128 samples get more; or, where less,
