@@ -1,6 +1,7 @@
 """Diffrax behaviour that Diffrax code relies on: an empty interval, root finders on
 implicit solvers, the `RESULTS` lookups."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -144,6 +145,13 @@ def test_diffrax_solver_arguments_are_taken():
     plain = ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, 1.0, 0.1, Y0).ys
     bounded = ode.diffeqsolve(DECAY, ode.Tsit5(scan_kind="bounded"), 0.0, 1.0, 0.1, Y0).ys
     np.testing.assert_array_equal(plain, bounded)
+    # A plain field, as Diffrax's: a solver given to a filtered `jit` (its string a
+    # static input) or differentiated through solves as before.
+    solve = lambda solver, y0: ode.diffeqsolve(DECAY, solver, 0.0, 1.0, 0.1, y0).ys
+    jitted = eqx.filter_jit(solve)(ode.Tsit5(scan_kind="lax", scan_stages=True), Y0)
+    np.testing.assert_array_equal(plain, jitted)
+    grads = jax.grad(lambda y0: jnp.sum(solve(ode.Tsit5(scan_kind="lax"), y0)))(Y0)
+    np.testing.assert_array_equal(grads, jax.grad(lambda y0: jnp.sum(solve(ode.Tsit5(), y0)))(Y0))
     with pytest.raises(ValueError, match=r"scan_kind='while'"):
         ode.Tsit5(scan_kind="while")
 
