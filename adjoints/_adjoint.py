@@ -366,13 +366,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
                 states = min(per_solve // max(per_state, 1), bound)
                 length = 0 if segments is None or segments.length is None else segments.length
-                large_rows = per_tick >= LARGE_ROW_BYTES or (
-                    batch_size == 1 and _cheap_rows(per_tick, per_step)
-                )
-                if segments is not None and not large_rows and RESIDUAL_RATIO * length >= states:
+                dear = _rows_dearer_than_steps(per_tick, per_step, batch_size)
+                if segments is not None and not dear and RESIDUAL_RATIO * length >= states:
                     return segments
                 many = states >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
-                if states >= 2 and (large_rows or many):
+                if states >= 2 and (dear or many):
                     return States(states)
                 if segments is not None:
                     return segments
@@ -408,15 +406,15 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return checkpointed_loop(loop, how, params, init, buffers)
 
 
-def _cheap_rows(per_tick: int, per_step: int | None) -> bool:
-    """Whether a step's row takes `CHEAP_ROW_BYTES` or more for at most
-    `CHEAP_OPERATIONS_PER_BYTE` operations a byte: recomputed, it costs less than its
-    row's traffic."""
-    return (
-        per_step is not None
-        and per_tick >= CHEAP_ROW_BYTES
-        and (per_step <= CHEAP_OPERATIONS_PER_BYTE * per_tick)
-    )
+def _rows_dearer_than_steps(per_tick: int, per_step: int | None, batch_size: int) -> bool:
+    """Whether a tape row costs more to write and read back than its step costs to
+    recompute: a row of `LARGE_ROW_BYTES` or more, or, for a solve not under `vmap`, of
+    `CHEAP_ROW_BYTES` or more for at most `CHEAP_OPERATIONS_PER_BYTE` operations a byte
+    (`per_step`, when the step was traced)."""
+    if per_tick >= LARGE_ROW_BYTES:
+        return True
+    cheap = per_step is not None and per_step <= CHEAP_OPERATIONS_PER_BYTE * per_tick
+    return batch_size == 1 and per_tick >= CHEAP_ROW_BYTES and cheap
 
 
 def _offline(loop: Loop) -> bool:
