@@ -530,3 +530,69 @@ def test_operations_count_products_by_their_depth_and_the_rest_by_element():
     assert operations(jaxpr(branch, True, v)) == 2 * 16 + 1  # and the predicate's cast
     looped = lambda v: jax.lax.scan(lambda c, _: (c * 2.0, None), v, length=5)[0]
     assert operations(jaxpr(looped, v)) == 5 * 16
+
+
+_X50 = jnp.linspace(0.0, 1.0, 50)
+_PDE_Y0 = jnp.exp(-100 * (_X50 - 0.5) ** 2)
+
+
+def _pde_end(rates, adjoint=None):
+    """y(t1) of a reaction-diffusion field on 50 points (4 KB rows, 2.3 operations a
+    byte): the default adjoint keeps bare states for it unbatched."""
+
+    def field(t, y, args):
+        d, r = args
+        return d * (jnp.roll(y, 1) - 2 * y + jnp.roll(y, -1)) + r * y * (1 - y)
+
+    sol = ode.diffeqsolve(
+        ode.ODETerm(field), ode.Tsit5(), 0.0, 0.05, 1e-3, _PDE_Y0, rates,
+        stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-8),
+        saveat=ode.SaveAt(ts=jnp.linspace(0.0, 0.05, 4)), max_steps=100_000,
+        adjoint=adjoint or ode.RecursiveCheckpointAdjoint(),
+    )  # fmt: skip
+    return jnp.sum(sol.ys**2, axis=1)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        "jit(grad)",
+        *(
+            pytest.param(o, marks=pytest.mark.matrix)
+            for o in (
+                "vmap(grad) batched",
+                "grad(vmap) shared",
+                "jacrev",
+                "jit(jvp)",
+                "vmap(vmap(grad))",
+            )
+        ),
+    ],  # fmt: skip
+)
+def test_bare_states_of_a_cheap_step_differentiate_in_every_order(order, monkeypatch):
+    # Against forward mode through the plain loop, one sample at a time.
+    chosen = _chosen_schedules(monkeypatch)
+    rates = jnp.array([40.0, 1.0])
+    batch = rates * jnp.array([[1.0], [0.8], [1.2]])
+    forward = lambda r: _pde_end(r, ode.ForwardMode())
+    jac = lambda r: jax.jacfwd(forward)(r)  # (4 save times, 2 rates)
+    loss = lambda r: jnp.sum(_pde_end(r))
+    if order == "jit(grad)":
+        got, want = jax.jit(jax.grad(loss))(rates), jnp.sum(jac(rates), axis=0)
+        assert isinstance(chosen[-1], States)
+    elif order == "vmap(grad) batched":
+        got = jax.jit(jax.vmap(jax.grad(loss)))(batch)
+        want = jnp.stack([jnp.sum(jac(r), axis=0) for r in batch])
+    elif order == "grad(vmap) shared":
+        shared = lambda r: jnp.sum(jax.vmap(lambda s: s * _pde_end(r))(jnp.arange(1.0, 4.0)))
+        got, want = jax.jit(jax.grad(shared))(rates), 6 * jnp.sum(jac(rates), axis=0)
+    elif order == "jacrev":
+        got, want = jax.jit(jax.jacrev(_pde_end))(rates), jac(rates)
+    elif order == "jit(jvp(grad))":  # forward over reverse (reverse mode alone has no jvp)
+        tangent = jnp.array([1.0, -2.0])
+        got = jax.jit(lambda r: jax.jvp(jax.grad(loss), (r,), (tangent,))[1])(rates)
+        want = jax.hessian(lambda r: jnp.sum(forward(r)))(rates) @ tangent
+    else:
+        got = jax.jit(jax.vmap(jax.vmap(jax.grad(loss))))(batch[:, None])[:, 0]
+        want = jnp.stack([jnp.sum(jac(r), axis=0) for r in batch])
+    np.testing.assert_allclose(got, want, rtol=1e-9)
