@@ -105,7 +105,9 @@ _MESSAGES = {
     ),
     RESULTS.nonfinite_state: (
         "The solution became NaN or inf. With a constant step size this usually means the "
-        "step is too large for stability: pass a smaller dt0 or use PIDController."
+        "step is too large for stability: pass a smaller dt0 or use PIDController. With "
+        "PIDController(dtmin=...), a step forced at dtmin was unstable: lower dtmin, pass "
+        "force_dtmin=False, or use an implicit solver if the problem is stiff."
     ),
     RESULTS.invalid_dt0: (
         "`dt0` is zero, NaN, inf, points the wrong way, or is below the resolution of the "
