@@ -127,5 +127,9 @@ class StepTo(AbstractFixedStepController):
 
     def adapt(self, attempt: AttemptInput):
         ts = jnp.asarray(self.ts)
-        k = attempt.state + 1
-        return Proposal(True, ts[jnp.minimum(k, len(ts) - 1)], k, RESULTS.successful)
+        last = len(ts) - 1
+        # A step cut short of its time (by `ClipStepSizeController`) is followed by one to
+        # that time: every time in `ts` is still stepped to.
+        k = attempt.state
+        k = jnp.where(attempt.t1 < ts[jnp.minimum(k, last)], k, k + 1)
+        return Proposal(True, ts[jnp.minimum(k, last)], k, RESULTS.successful)
