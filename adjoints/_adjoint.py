@@ -58,6 +58,7 @@ from ._schedule import (
     States,
     Tape,
 )
+from ._schedule._base import MIN_SLOTS
 from ._schedule.segments import MOST_STARTS
 from ._schedule.undo import choose_undo
 from ._sweep import DECISION_ROWS, num_ticks_bound
@@ -278,7 +279,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       loop's bound tapes. With a count and a known number of steps, states are placed
       by Griewank's binomial rule (optimal for that count); with an unknown number, by
       online thinning, which behaves as taping for as long as the states taken so far
-      fit.
+      fit. 1 keeps 2 states (the initial one and one to recompute from), the fewest a
+      schedule here keeps.
     - `memory_budget`: bytes of stored states allowed when `checkpoints` is None, shared
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
       4 MiB, at least 32 KiB per sample (more than 128 samples get more; or, where less,
@@ -313,10 +315,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints!r}): pass an "
                 "integer number of states (or None to choose from memory_budget)."
             )
-        if self.checkpoints is not None and self.checkpoints < 2:
+        if self.checkpoints is not None and self.checkpoints < 1:
             raise ValueError(
                 f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints}): pass at "
-                "least 2 (or None to choose from memory_budget)."
+                "least 1 (or None to choose from memory_budget)."
             )
         check_count("RecursiveCheckpointAdjoint", "memory_budget", self.memory_budget, 1, "bytes")
         check_count("RecursiveCheckpointAdjoint", "decision_rows", self.decision_rows, 0, "ticks")
@@ -374,9 +376,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                     return States(states)
                 if segments is not None:
                     return segments
-            slots = max(2, per_solve // max(per_slot, 1))
+            slots = max(MIN_SLOTS, per_solve // max(per_slot, 1))
         else:
-            slots += loop.max_emits
+            slots = max(MIN_SLOTS, slots + loop.max_emits)
         if slots >= bound:
             return Tape(bound)
         if loop.num_steps is not None and _offline(loop):

@@ -17,12 +17,16 @@ from jax import lax
 from jaxtyping import PyTree
 
 from ._decided import DECISION, decided
-from ._loop import Buffers, Loop, Plain, Write, apply_writes
+from ._loop import Buffers, Loop, Plain, Write, apply_writes, run_plain
 from ._sweep import num_ticks_bound, scratch_writes
 
 
 def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
-    """Run `loop` as `lax.scan`s over blocks of ticks up to its bound (see above)."""
+    """Run `loop` as `lax.scan`s over blocks of ticks up to its bound (see above); with
+    no bound (`max_steps=None`), as a `lax.while_loop`, which forward mode differentiates
+    and reverse mode refuses, as in Diffrax."""
+    if loop.max_steps is None:
+        return run_plain(loop, params, init, buffers)
     bound = num_ticks_bound(loop)
     block = max(1, math.isqrt(bound))
     blocks = -(-bound // block)

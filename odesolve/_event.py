@@ -16,6 +16,7 @@ on the last step's interpolant; the loop itself only carries the conditions' las
 The event time is differentiable (see `_root`).
 """
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -38,6 +39,14 @@ from ._term import ODETerm
 
 def _is_condition(x: object) -> bool:
     return callable(x)
+
+
+def _has_tolerances(root_finder: object) -> bool:
+    """Whether `root_finder` has real `rtol` and `atol`, which locate the event time."""
+    try:
+        return all(math.isfinite(float(getattr(root_finder, n))) for n in ("rtol", "atol"))
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 class Event(eqx.Module):
@@ -76,6 +85,12 @@ class Event(eqx.Module):
             raise ValueError(
                 f"Event(direction={direction!r}) must be None, True, False or a PyTree of "
                 f"those with cond_fn's structure {structure}."
+            )
+        if root_finder is not None and not _has_tolerances(root_finder):
+            raise TypeError(
+                f"Event(root_finder={root_finder!r}): pass a root finder with rtol and atol, "
+                "e.g. optimistix.Newton(rtol=1e-8, atol=1e-8), or None (locate the event "
+                "to about machine precision)."
             )
         self.cond_fn = cond_fn
         self.root_finder = root_finder

@@ -26,13 +26,14 @@ from ._continuous import continuous_problem
 from ._controller._base import AbstractStepSizeController
 from ._controller.constant import ConstantStepSize
 from ._discrete_event import AbstractDiscreteTerminatingEvent, as_event
+from ._eager import cached_call, check_once
 from ._event import Event, FlatConditions
 from ._field import FlatField
 from ._flat import PyTree, RealScalarLike, flat_spec, state_dtype
 from ._hints import forward_mode_named
 from ._progress_meter import AbstractProgressMeter, NoProgressMeter
-from ._resume import Resume, resume_from, resumed
 from ._results import COMPLEX_STATE, RESULTS, ComplexStateWarning, Result, UnsupportedCombination
+from ._resume import Resume, resume_from, resumed
 from ._reversal import reversal
 from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
@@ -40,7 +41,6 @@ from ._solution import Solution
 from ._solver._base import AbstractSolver
 from ._solver._user import loop_solver
 from ._term import ODETerm
-from ._eager import cached_call, check_once
 from ._validate import Inputs, check_kinds, check_time_values, normalise_inputs, time_arrays
 
 
@@ -97,7 +97,7 @@ def diffeqsolve(
         adjoint=adjoint,
         progress_meter=progress_meter,
     )
-    if any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
+    if any(eqx.is_array_like(x) and jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
         warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
     call = dict(
         terms=terms,

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
@@ -23,6 +24,17 @@ def _check_ts(ts: ArrayLike | None, owner: str) -> None:
     if len(shape) != 1 or shape[0] == 0:
         raise ValueError(
             f"{owner}(ts=...) must be a non-empty 1-D array of times, got shape {shape}."
+        )
+    # A list is read as NumPy would (strings stay strings); an array keeps its dtype.
+    dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"{owner}(ts=...): pass real times, got dtype {dtype}.")
+
+
+def _check_fn(fn: Callable, owner: str) -> None:
+    if not callable(fn):
+        raise TypeError(
+            f"{owner}(fn={fn!r}): pass a function fn(t, y, args) returning what to save."
         )
 
 
@@ -58,6 +70,7 @@ class SubSaveAt(eqx.Module):
             )
         _check_ts(self.ts, "SubSaveAt")
         _check_steps(self.steps, "SubSaveAt")
+        _check_fn(self.fn, "SubSaveAt")
 
     @property
     def every(self) -> int:
@@ -106,6 +119,8 @@ class SaveAt(eqx.Module):
         controller_state: bool = False,
         made_jump: bool = False,
     ):
+        if ts is not None and np.shape(ts) == (0,):
+            ts = None  # as Diffrax: no save times
         own = t0 or t1 or ts is not None or steps
         if subs is not None:
             if own or fn is not save_y:
@@ -119,12 +134,14 @@ class SaveAt(eqx.Module):
         elif own:
             _check_ts(ts, "SaveAt")
             _check_steps(steps, "SaveAt")
+            _check_fn(fn, "SaveAt")
             subs = SubSaveAt(t0=t0, t1=t1, ts=ts, steps=steps, fn=fn)
-        elif not (dense or solver_state or controller_state or made_jump):
+        elif fn is not save_y and not dense:
             # (With dense output alone, as in Diffrax, an `fn` has no times to apply to.)
+            # `SaveAt()` alone is a solve for its result and statistics, as in Diffrax.
             raise ValueError(
-                "SaveAt() saves nothing: pass at least one of t0=True, t1=True, ts=..., "
-                "steps=True or dense=True (fn=... applies to the times saved)."
+                "SaveAt(fn=...) saves nothing: pass at least one of t0=True, t1=True, "
+                "ts=... or steps=True for fn to apply to."
             )
         self.subs = subs
         self.dense = dense

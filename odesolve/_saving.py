@@ -102,10 +102,24 @@ def layout(
 
 def _output(sub: SubSaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> Output:
     spec = None
-    if sub.every:
-        out = jax.eval_shape(sub.fn, t0, y0, args)
-        spec = flat_spec(out, state_dtype(jtu.tree_leaves(out)))
+    if sub.every or sub.fn is not save_y:
+        out = _fn_shape(sub.fn, t0, y0, args)
+        if sub.every:
+            spec = flat_spec(out, state_dtype(jtu.tree_leaves(out)))
     return Output(bool(sub.t0), bool(sub.t1), sub.ts is not None, sub.every, sub.fn, spec)
+
+
+def _fn_shape(fn: Callable, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> PyTree:
+    """What `fn(t0, y0, args)` returns, as shapes: traced once here so that a mistake in
+    it (a wrong signature, a string returned) is told against `fn`, not deep in a loop."""
+    try:
+        return jax.eval_shape(fn, t0, y0, args)
+    except Exception as error:
+        raise TypeError(
+            f"SaveAt(fn={fn!r}) failed when called as fn(t0, y0, args): "
+            f"{type(error).__name__}: {error}. Write it as def fn(t, y, args) returning a "
+            "PyTree of arrays (what to save instead of y)."
+        ) from error
 
 
 def save_times(

@@ -60,6 +60,13 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
 
     vector_field: Callable[..., _VF]
 
+    def __check_init__(self):
+        if not callable(self.vector_field):
+            raise TypeError(
+                f"ODETerm(vector_field={self.vector_field!r}): pass a function "
+                "f(t, y, args) returning dy/dt (or a callable eqx.Module)."
+            )
+
     def vf(self, t: RealScalarLike, y: PyTree, args: PyTree) -> _VF:
         return self.vector_field(t, y, args)
 

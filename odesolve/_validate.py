@@ -320,6 +320,27 @@ def check_kinds(**values) -> None:
         )
 
 
+def _check_tolerance_shapes(controller: AbstractStepSizeController, y0: PyTree) -> None:
+    """Array tolerances broadcast against each leaf of y0, as Diffrax applies them; a
+    mismatch would otherwise surface as a broadcasting error inside the loop."""
+    tolerances = controller.tolerances()
+    if tolerances is None:
+        return
+    for name, tol in zip(("rtol", "atol"), tolerances):
+        if np.ndim(tol) == 0:
+            continue
+        for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
+            try:
+                np.broadcast_shapes(np.shape(tol), np.shape(leaf))
+            except ValueError:
+                raise ValueError(
+                    f"{type(controller).__name__}({name}=...) has shape {np.shape(tol)}, which "
+                    f"does not broadcast against y0{jtu.keystr(path)} of shape "
+                    f"{np.shape(leaf)}: pass a scalar, or an array that broadcasts against "
+                    "every leaf of y0."
+                ) from None
+
+
 def _check_scalar_times(**times) -> None:
     """t0, t1 and dt0 are real scalars (dt0 may be None)."""
     for name, x in times.items():
@@ -365,9 +386,12 @@ def normalise_inputs(
 ) -> Inputs:
     terms = as_one_term(terms, solver.term_structure, y0)
     _check_scalar_times(t0=t0, t1=t1, dt0=dt0)
-    if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1
+    ):
         raise ValueError(f"max_steps={max_steps!r}: pass a positive int (or None).")
     y0 = _normalise_y0(y0)
+    _check_tolerance_shapes(controller, y0)
     # Read before converting: under `jit` a converted Python number is a tracer.
     c0, c1, cdt, time_dtype = check_time_values(t0, t1, dt0, y0, saveat, controller, event)
     times = [x for x in (t0, t1, dt0) if x is not None]

@@ -259,7 +259,7 @@ def test_non_event_and_a_foreign_state_to_resume_from_are_refused():
 @pytest.mark.parametrize(
     "make, pattern",
     [
-        (lambda: ode.SaveAt(), r"SaveAt\(\) saves nothing"),
+        (lambda: ode.SaveAt(fn=lambda t, y, args: t), r"SaveAt\(fn=...\) saves nothing"),
         (lambda: ode.SaveAt(steps=-1), r"SaveAt\(steps=-1\)"),
         (lambda: ode.SaveAt(ts=jnp.ones((2, 2))), r"1-D.*shape \(2, 2\)"),
         (lambda: ode.PIDController(rtol=-1.0, atol=1e-6), r"rtol=-1.0"),

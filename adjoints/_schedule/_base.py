@@ -51,7 +51,12 @@ class Sizing(eqx.Module):
         count = self.checkpoints if checkpoints is None else checkpoints
         if count is None:
             return max(2, self.budget // max(self.slot, 1))
-        return count + self.max_emits
+        return max(MIN_SLOTS, count + self.max_emits)
+
+
+# The fewest states a recomputing schedule keeps: `checkpoints=1` (Diffrax's least) is
+# taken as 2, the initial state and one more to recompute from.
+MIN_SLOTS = 2
 
 
 class AbstractSchedule(eqx.Module):

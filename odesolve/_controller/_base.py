@@ -13,6 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
@@ -36,6 +37,23 @@ def concrete_float(x: object) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def check_step_times(owner: str, name: str, ts: Any) -> None:
+    """`step_ts`/`jump_ts` given to `owner`: None, or a 1-D array of real times, finite
+    where known at construction (NaN would be passed by every step without a word)."""
+    if ts is None:
+        return
+    shape = np.shape(ts)  # a list too, which `jnp.shape` would refuse
+    if len(shape) != 1:
+        raise ValueError(f"{owner}({name}=...): pass a 1-D array of times, got shape {shape}.")
+    dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"{owner}({name}=...): pass real times, got dtype {dtype}.")
+    value = trace_time_value(ts)
+    if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
+        i = int(np.argmax(~np.isfinite(np.asarray(value, dtype=float))))
+        raise ValueError(f"{owner}({name}=...) has {name}[{i}]={value[i]}: times must be finite.")
 
 
 class FirstStepInput(eqx.Module):

@@ -17,6 +17,7 @@ from ._base import (
     AttemptInput,
     FirstStepInput,
     Proposal,
+    check_step_times,
     clip_to_times,
     signed_times,
     stops_before,
@@ -66,13 +67,8 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
                 f"ClipStepSizeController(store_rejected_steps={stored!r}): pass None or an "
                 "int >= 1, the most rejections in a row to remember (e.g. 100)."
             )
-        for name in ("step_ts", "jump_ts"):
-            ts = getattr(self, name)
-            if ts is not None and len(np.shape(ts)) != 1:
-                raise ValueError(
-                    f"ClipStepSizeController({name}=...): pass a 1-D array of times, got "
-                    f"shape {np.shape(ts)}."
-                )
+        check_step_times("ClipStepSizeController", "step_ts", self.step_ts)
+        check_step_times("ClipStepSizeController", "jump_ts", self.jump_ts)
 
     def wrap(self, direction: Float[Array, ""]):
         def flip(ts: ArrayLike | None):

@@ -15,6 +15,7 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
@@ -27,6 +28,7 @@ from ._base import (
     AttemptInput,
     FirstStepInput,
     Proposal,
+    check_step_times,
     clip_to_times,
     concrete_float,
     signed_times,
@@ -53,6 +55,20 @@ _RANGES = {
 def _known(value: object) -> float | None:
     """A scalar option's value when known at construction (None: unset or traced)."""
     return None if value is None else concrete_float(value)
+
+
+def _scale_per_leaf(
+    rtol: Any, atol: Any, y0: Float[Array, " n"], y1: Float[Array, " n"], spec: FlatSpec
+) -> Float[Array, " n"]:
+    """atol + rtol max(|y0|, |y1|), flat, with array tolerances broadcast against each
+    leaf of the state as Diffrax does (an `atol` of shape (2,) for a state of (3, 2))."""
+
+    def one(a: Array, b: Array) -> Array:
+        leaf = atol + rtol * jnp.maximum(jnp.abs(a), jnp.abs(b))
+        return jnp.ravel(jnp.broadcast_to(leaf, a.shape))
+
+    leaves = jtu.tree_leaves(jtu.tree_map(one, spec.unravel(y0), spec.unravel(y1)))
+    return leaves[0] if len(leaves) == 1 else jnp.concatenate(leaves)
 
 
 class PIDController(AbstractAdaptiveStepSizeController):
@@ -124,6 +140,19 @@ class PIDController(AbstractAdaptiveStepSizeController):
                 given = fields[name]
                 shown = given if isinstance(given, (int, float)) else f"{value:.6g}"
                 raise ValueError(f"PIDController({name}={shown}): {fix}")
+        for name in ("pcoeff", "icoeff", "dcoeff"):
+            value = fields[name]
+            if isinstance(value, (str, bytes)) or not eqx.is_array_like(value):
+                raise TypeError(f"PIDController({name}={value!r}): pass a number, e.g. 0.3.")
+            if not math.isfinite(_known(value) or 0.0):
+                raise ValueError(f"PIDController({name}={value!r}): pass a finite number.")
+        if self.norm is not None and not callable(self.norm):
+            raise TypeError(
+                f"PIDController(norm={self.norm!r}): pass a function from the PyTree of "
+                "scaled errors to a scalar, e.g. odesolve.rms_norm, or None."
+            )
+        check_step_times("PIDController", "step_ts", self.step_ts)
+        check_step_times("PIDController", "jump_ts", self.jump_ts)
         if known["rtol"] == 0 and known["atol"] == 0:
             raise ValueError("PIDController(rtol=0, atol=0): set at least one > 0.")
         dtmin, dtmax = known["dtmin"], known["dtmax"]
@@ -174,11 +203,20 @@ class PIDController(AbstractAdaptiveStepSizeController):
     ):
         # A NaN candidate would poison the scale; measure against y0 instead.
         y1 = jnp.where(jnp.isnan(y1), y0, y1)
-        scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
+        if jnp.ndim(self.atol) == 0 and jnp.ndim(self.rtol) == 0:
+            scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0), jnp.abs(y1))
+        else:
+            scale = _scale_per_leaf(self.rtol, self.atol, y0, y1, spec)
         scaled = y_error / in_state_dtype(scale, y_error)  # a real scale, maybe complex y
         if self.norm is None:
             return rms_norm(scaled)
-        return self.norm(spec.unravel(scaled))
+        error = self.norm(spec.unravel(scaled))
+        if jnp.shape(error) != ():
+            raise ValueError(
+                f"PIDController(norm={self.norm!r}) returned shape {jnp.shape(error)}: a "
+                "norm maps the scaled errors to one scalar, e.g. jnp.max(jnp.abs(x))."
+            )
+        return error
 
     def start(self, first: FirstStepInput):
         t0, dt0 = first.t0, first.dt0

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import numpy as np
 
-from adjoints import check_linear_solver
+from adjoints import check_linear_solver, trace_time_value
 
 from .._flat import PyTree
 from .._norm import rms_norm
@@ -61,6 +62,8 @@ class VeryChord(eqx.Module):
                 f"VeryChord(rtol={self.rtol}, atol={self.atol}): pass both or neither "
                 "(neither: the step-size controller's)."
             )
+        if not _unset(self.rtol):
+            _check_tolerances(self)
 
     # The optimistix root-finder protocol (init, step, terminate, postprocess).
 
@@ -105,4 +108,19 @@ def root_finder_tolerances(root_finder: Any) -> tuple[Any, Any, Any]:
             )
     if _unset(root_finder.rtol) or _unset(root_finder.atol):
         return None, None, getattr(root_finder, "kappa", None)
+    _check_tolerances(root_finder)
     return root_finder.rtol, root_finder.atol, getattr(root_finder, "kappa", None)
+
+
+def _check_tolerances(root_finder: Any) -> None:
+    """Tolerances known when constructed are >= 0 and finite: a negative or NaN one is
+    never met, and every step would end in a failure that does not name it."""
+    for name in ("rtol", "atol"):
+        value = trace_time_value(getattr(root_finder, name))
+        if value is None or np.ndim(value) != 0:
+            continue
+        if not (float(value) >= 0 and np.isfinite(float(value))):  # NaN fails too
+            raise ValueError(
+                f"root_finder={root_finder!r}: {name}={float(value)} must be a finite "
+                "number >= 0, e.g. 1e-8."
+            )

@@ -1,0 +1,112 @@
+"""Inputs Diffrax accepts and solves: each gives Diffrax's answer here too, against Diffrax
+itself or a closed form (each was once refused, or solved differently)."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+Y0 = jnp.array([1.0, 2.0])
+
+
+def decay(lib, **kwargs):
+    """y' = -y from t = 0 to 1 with `lib` (odesolve or Diffrax)."""
+    arguments = dict(terms=lib.ODETerm(lambda t, y, args: -y), solver=lib.Tsit5(), t0=0.0)
+    arguments.update(t1=1.0, dt0=0.1, y0=Y0)
+    arguments.update(kwargs)
+    return lib.diffeqsolve(**arguments)
+
+
+def test_a_saveat_of_nothing_returns_the_statistics():
+    # `SaveAt()`: a solve for its result and statistics, as in Diffrax.
+    pid = dict(stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6))
+    sol = decay(ode, saveat=ode.SaveAt(), **pid)
+    assert sol.ts is None and sol.ys is None
+    assert sol.result == ode.RESULTS.successful
+    assert int(sol.stats["num_steps"]) == int(decay(ode, **pid).stats["num_steps"])
+
+
+def test_an_empty_list_of_save_times_saves_none():
+    sol = decay(ode, saveat=ode.SaveAt(ts=[], t1=True))
+    np.testing.assert_allclose(sol.ys, np.exp(-1.0) * Y0[None], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "ts, step_ts, expected",
+    [
+        ([0.0, 0.5, 1.0], [0.3], [0.3, 0.5, 1.0]),
+        ([0.0, 0.25, 0.5, 0.75, 1.0], [0.5, 0.6], [0.25, 0.5, 0.6, 0.75, 1.0]),
+        ([1.0, 0.5, 0.0], [0.3], [0.5, 0.3, 0.0]),
+    ],
+)
+def test_clipping_step_to_times_keeps_every_one_of_them(ts, step_ts, expected):
+    controller = ode.ClipStepSizeController(ode.StepTo(ts=jnp.array(ts)), step_ts=step_ts)
+    sol = decay(ode, t0=ts[0], t1=ts[-1], dt0=None, stepsize_controller=controller,
+                saveat=ode.SaveAt(steps=True))  # fmt: skip
+    times = np.asarray(sol.ts)
+    np.testing.assert_allclose(times[np.isfinite(times)], expected)
+
+
+@pytest.mark.parametrize(
+    "y0, atol",
+    [
+        (jnp.ones((3, 2)), jnp.array([1e-6, 1e-3])),
+        (jnp.ones((3, 2)), jnp.array([[1e-6], [1e-3], [1e-4]])),
+    ],
+    ids=["per-column", "per-row"],
+)
+def test_array_tolerances_broadcast_against_each_leaf(y0, atol):
+    # As Diffrax's: rtol + atol |y| per leaf, so an atol of shape (2,) suits a (3, 2) state.
+    solve = lambda lib: decay(
+        lib, y0=y0, stepsize_controller=lib.PIDController(rtol=1e-5, atol=atol),
+        saveat=lib.SaveAt(t1=True),
+    )  # fmt: skip
+    ours, theirs = solve(ode), solve(diffrax)
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-5)
+    np.testing.assert_allclose(ours.ys[0], np.exp(-1.0) * y0, rtol=1e-5)
+    # The per-column tolerance steers the error control: a loose column takes fewer steps.
+    loose = decay(ode, y0=y0, stepsize_controller=ode.PIDController(rtol=1e-5, atol=1e-3))
+    tight = decay(ode, y0=y0, stepsize_controller=ode.PIDController(rtol=1e-5, atol=1e-6))
+    assert int(loose.stats["num_steps"]) <= int(ours.stats["num_steps"])
+    assert int(ours.stats["num_steps"]) <= int(tight.stats["num_steps"])
+
+
+@pytest.mark.parametrize("controller", [None, "pid"])
+def test_direct_adjoint_without_a_step_bound_solves_and_runs_forward_mode(controller):
+    kwargs = dict(adjoint=ode.DirectAdjoint(), max_steps=None)
+    if controller:
+        kwargs["stepsize_controller"] = ode.PIDController(rtol=1e-8, atol=1e-8)
+    solve = lambda y0: decay(ode, y0=y0, **kwargs).ys[0]
+    np.testing.assert_allclose(solve(Y0), np.exp(-1.0) * Y0, rtol=1e-6)
+    _, tangent = jax.jvp(solve, (Y0,), (jnp.ones(2),))
+    np.testing.assert_allclose(tangent, np.exp(-1.0) * np.ones(2), rtol=1e-6)
+    # Reverse mode through an unbounded loop is refused, as Diffrax's is (JAX's error).
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.grad(lambda y0: jnp.sum(solve(y0)))(Y0)
+
+
+@pytest.mark.parametrize("saveat", ["t1", "ts", "steps"])
+@pytest.mark.parametrize("controller", ["constant", "pid"])
+def test_one_checkpoint_differentiates_exactly(saveat, controller):
+    # Diffrax's least count: taken as 2 states, the fewest a schedule here keeps.
+    saveat = dict(
+        t1=ode.SaveAt(t1=True),
+        ts=ode.SaveAt(ts=jnp.linspace(0, 1, 5)),
+        steps=ode.SaveAt(steps=True),
+    )[saveat]
+    kwargs = dict(saveat=saveat, max_steps=64)
+    if controller == "pid":
+        kwargs["stepsize_controller"] = ode.PIDController(rtol=1e-8, atol=1e-8)
+
+    def loss(rate, checkpoints):
+        adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
+        terms = ode.ODETerm(lambda t, y, args: -args * y)
+        ys = decay(ode, terms=terms, args=rate, adjoint=adjoint, **kwargs).ys
+        return jnp.sum(jnp.where(jnp.isfinite(ys), ys, 0.0))
+
+    one = jax.grad(loss)(1.5, 1)
+    np.testing.assert_allclose(one, jax.grad(loss)(1.5, None), rtol=1e-10)
+    np.testing.assert_allclose(one, jax.grad(loss)(1.5, 3), rtol=1e-10)
