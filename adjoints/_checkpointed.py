@@ -31,7 +31,7 @@ from ._forward import forward_sweep
 from ._loop import Buffers, Loop, Plain, run_plain
 from ._packing import is_float
 from ._schedule import AbstractSchedule
-from ._sweep import Backward, Run, Sweep, scratch_writes, split_floats
+from ._sweep import Backward, Run, Sweep, scratch_writes
 
 # `choose(loop, init, params, diff, batch_size)`: the schedule for a differentiated loop.
 ChooseSchedule = Callable[[Loop, PyTree, PyTree, PyTree[bool], int], AbstractSchedule]
@@ -97,7 +97,7 @@ def _bwd(
     sweep, schedule = residuals
     run = how.run(loop, perturbed, params, init)
     ct_final, ct_buffers = grad_obj
-    ct_final = split_floats(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
+    ct_final = run.loop.split(materialise(ct_final, jax.eval_shape(lambda: init)))[0]
     ct_buffers = materialise(ct_buffers, jax.eval_shape(lambda: buffers))
     zero_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, run.diff)[0])
     # Shaped by the forward sweep's final carry, whose leaves are the arrays an emit reads.

@@ -30,6 +30,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where, where_any
+from ._packing import is_float
 from ._rows import write_row
 from ._ticks import Ticks, run_ticks
 
@@ -135,6 +136,11 @@ class Loop(eqx.Module):
       and a carry-shaped tree that place those times. Reverse mode differentiates
       `fixed_times` when none of those leaves is differentiated: the time cotangents
       it leaves out would all be dropped (None: always this loop).
+    - `constant(tree) -> PyTree[bool]`: for a carry-shaped `tree` (None where it has no
+      leaf), which of its leaves never carry a derivative in this loop, though floats
+      (a `fixed_times` loop's times: they depend on nothing differentiated). Reverse mode
+      treats them as constants, and computes and carries no cotangent for them.
+      None: every float leaf carries one.
     - `writes_once`: each row of a buffer but its scratch row is written at most once,
       and the scratch row is never read as output (its cotangent is zero). Reverse mode
       then reads a write's cotangent without clearing its row for the earlier writes it
@@ -162,11 +168,23 @@ class Loop(eqx.Module):
     reversal: Reversal | None = eqx.field(static=True, default=None)
     fixed_times: "Loop | None" = eqx.field(static=True, default=None)
     times_of: Callable[[PyTree, PyTree], PyTree] | None = eqx.field(static=True, default=None)
+    constant: Callable[[PyTree], PyTree] | None = eqx.field(static=True, default=None)
     writes_once: bool = eqx.field(static=True, default=False)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:
         return self.cond(params, carry) | self.pending(carry)
+
+    def split(self, tree: PyTree) -> tuple[PyTree, PyTree]:
+        """(the leaves of a carry-shaped `tree` that reverse mode differentiates: its
+        float leaves but those `constant` marks; the others), each with None in the
+        other's places."""
+        if self.constant is None:
+            return eqx.partition(tree, is_float)
+        is_none = lambda x: x is None
+        marked = self.constant(tree)
+        keep = jtu.tree_map(lambda x, c: is_float(x) and not c, tree, marked, is_leaf=is_none)
+        return eqx.partition(tree, keep, is_leaf=is_none)
 
     def tick(
         self, params: PyTree, carry: PyTree, scratch_writes: tuple[Write, ...]

@@ -31,7 +31,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 from ._concrete import is_concrete
 from ._contractions import with_short_contractions
 from ._loop import Loop
-from ._packing import Packing, Rows, common_float, is_float
+from ._packing import Packing, Rows, common_float
 from ._rows import read_row, write_row
 from ._work import operations
 
@@ -53,11 +53,11 @@ def linearise(
     the new carry's float leaves (`transposed` makes it the step's VJP). `diff`: which
     parameter leaves are differentiated."""
     params_f, params_s = eqx.partition(params, diff)
-    carry_f, carry_s = eqx.partition(carry, is_float)
+    carry_f, carry_s = loop.split(carry)
 
     def step(pf: PyTree, cf: PyTree) -> tuple[PyTree, PyTree]:
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-        return eqx.partition(new, is_float)
+        return loop.split(new)
 
     new_f, lin, new_s = jax.linearize(step, params_f, carry_f, has_aux=True)
     return eqx.combine(new_f, new_s), lin
@@ -152,7 +152,7 @@ def layout_of(loop: Loop, params: PyTree, diff: PyTree[bool], carry: PyTree) -> 
 
     def trace(params: PyTree, carry: PyTree) -> tuple[Array, ...]:
         _, linearisation = linearise(loop, params, diff, carry)
-        shapes = jax.eval_shape(lambda: (eqx.filter(params, diff), eqx.filter(carry, is_float)))
+        shapes = jax.eval_shape(lambda: (eqx.filter(params, diff), loop.split(carry)[0]))
         found.append(Layout(linearisation, params, shapes))
         return found[0].taped(linearisation)
 

@@ -13,7 +13,7 @@ from ._lockstep import if_any, lockstep_while, tree_where
 from ._loop import Buffers
 from ._packing import Rows
 from ._residuals import Layout, TapeRows
-from ._sweep import Cotangents, Run, split_floats
+from ._sweep import Cotangents, Run
 from ._tick_vjp import (
     accumulate,
     add,
@@ -111,7 +111,7 @@ class _TapeReversal(eqx.Module):
 
     def emit_reads_params(self) -> bool:
         params_f, params_s = self.split_params()
-        example_f, example_s = split_floats(self.carry_at(self.lo))
+        example_f, example_s = self.run.loop.split(self.carry_at(self.lo))
         return reads_params(emit_fn(self.run.loop, params_s, example_s), params_f, example_f)
 
     def emit_tick(
@@ -121,7 +121,7 @@ class _TapeReversal(eqx.Module):
         k, ct_carry = small
         ct_params, ct_bufs = large
         params_f, params_s = self.split_params()
-        carry_f, carry_s = split_floats(self.carry_at(k))
+        carry_f, carry_s = self.run.loop.split(self.carry_at(k))
         emit = emit_fn(self.run.loop, params_s, carry_s)
         wrt_params = self.emit_reads
         dp, dc, ct_bufs = emit_vjp(
@@ -138,7 +138,7 @@ class _TapeReversal(eqx.Module):
         k, ct_carry = small
         ct_params, ct_bufs = large
         params_f, params_s = self.split_params()
-        carry_f, carry_s = split_floats(self.carry_at(k))
+        carry_f, carry_s = self.run.loop.split(self.carry_at(k))
         emit = emit_fn(self.run.loop, params_s, carry_s)
         dp, dc, ct_bufs = emit_vjp(
             self.run.loop, emit, params_f, carry_f, ct_carry, ct_bufs, True, self.emit_reads
@@ -181,7 +181,7 @@ class _TapeReversal(eqx.Module):
         first step and are zero after it; carrying them through the run would rewrite
         them with zeros every step, which XLA does with a copy per leaf."""
         params_f, params_s = self.split_params()
-        example_f, example_s = split_floats(self.carry_at(self.lo))
+        example_f, example_s = self.run.loop.split(self.carry_at(self.lo))
         return read_leaves(step_fn(self.run.loop, params_s, example_s), params_f, example_f)[1]
 
     def steps(self, small: _Small, ct_params: PyTree) -> tuple[_Small, PyTree]:

@@ -32,7 +32,7 @@ from ._lockstep import if_any, tree_where
 from ._loop import Buffers, Loop, Reversal
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
-from ._sweep import num_ticks_bound, split_floats
+from ._sweep import num_ticks_bound
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
 from ._ticks import Ticks, run_ticks
 
@@ -135,7 +135,7 @@ def reverse_sweep(
         step=undoing.step,
         emit=undoing.emit,
     )
-    start = (n - 1, num_emits, final, split_floats(ct_final)[0], reversal.start(params, final))
+    start = (n - 1, num_emits, final, loop.split(ct_final)[0], reversal.start(params, final))
     ct_params = jtu.tree_map(jnp.zeros_like, eqx.partition(params, diff)[0])
     small, ct_params, _ = run_ticks(ticks, start, ct_params, ct_buffers, batched)
     _, _, rebuilt, ct_init, _ = small
@@ -159,7 +159,7 @@ class _Undoing(eqx.Module):
 
     def emit_reads(self, final: PyTree) -> bool:
         params_f, params_s = eqx.partition(self.params, self.diff)
-        example_f, example_s = split_floats(final)
+        example_f, example_s = self.loop.split(final)
         emit = emit_fn(self.loop, params_s, example_s)
         return self.loop.max_emits > 0 and reads_params(emit, params_f, example_f)
 
@@ -191,9 +191,9 @@ class _Undoing(eqx.Module):
         ct_params, ct_bufs = large
         params_f, params_s = eqx.partition(self.params, self.diff)
         before = self.reversal.restore(after, _get(self.records.emits, e - 1))
-        before_f, before_s = split_floats(before)
+        before_f, before_s = self.loop.split(before)
         emit = emit_fn(self.loop, params_s, before_s)
-        ct_after = split_floats(ct_after)[0]
+        ct_after = self.loop.split(ct_after)[0]
         mask = jnp.asarray(True) if active is None else active
         dp, ct_before, ct_bufs = emit_vjp(
             self.loop, emit, params_f, before_f, ct_after, ct_bufs, mask, self.reads_params
@@ -225,8 +225,8 @@ class _Undoing(eqx.Module):
         before, spare = self.reversal.undo(self.params, after, small_before, spare)
         lin = linearise(self.loop, self.params, self.diff, self.obeying(before, after))[1]
         params_f = eqx.partition(self.params, self.diff)[0]
-        ct_p, ct_before = transposed(lin, params_f, split_floats(before)[0])(
-            split_floats(ct_after)[0]
+        ct_p, ct_before = transposed(lin, params_f, self.loop.split(before)[0])(
+            self.loop.split(ct_after)[0]
         )
         return before, ct_before, spare, ct_p
 
@@ -236,7 +236,7 @@ class _Undoing(eqx.Module):
         if not self.batched:  # the inner loop runs only active steps
             before, ct_before, spare, ct_p = self.step_vjp(small)
             return (k - 1, e, before, ct_before, spare), add(ct_params, ct_p)
-        staying = (after, split_floats(ct_after)[0], spare)
+        staying = (after, self.loop.split(ct_after)[0], spare)
         params_f = eqx.partition(self.params, self.diff)[0]
 
         def step() -> tuple:

@@ -19,7 +19,6 @@ from ._lockstep import if_any, tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
-from ._sweep import split_floats
 
 # One emit as a function of the differentiated float inputs, (params, carry) -> ((float
 # leaves of the new carry, written values), rows written); see `emit_fn`.
@@ -55,8 +54,8 @@ def tick_vjp(
     the VJP, means each branch linearises only its own work, and only an emit reads and
     clears output cotangents."""
     params_f, params_s = eqx.partition(params, diff)
-    carry_f, carry_s = split_floats(carry)
-    ct_next = split_floats(ct_next)[0]
+    carry_f, carry_s = loop.split(carry)
+    ct_next = loop.split(ct_next)[0]
 
     def emit_branch(ct_buffers: Buffers) -> TickCotangents:
         emit = emit_fn(loop, params_s, carry_s)
@@ -89,8 +88,8 @@ def batched_tick_vjp(
     so the batch of parameter-sized totals is written once per tick (see `reverse_tape`);
     a sample that emits reads and clears its rows, the others scratch rows."""
     params_f, params_s = eqx.partition(params, diff)
-    carry_f, carry_s = split_floats(carry)
-    ct_next = split_floats(ct_next)[0]
+    carry_f, carry_s = loop.split(carry)
+    ct_next = loop.split(ct_next)[0]
     pending = loop.pending(carry) if loop.max_emits else jnp.asarray(False)
     stepping, emitting = active & ~pending, active & pending
 
@@ -184,7 +183,7 @@ def step_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> Callable[[PyTree, 
 
     def step(pf: PyTree, cf: PyTree) -> PyTree:
         new = loop.body(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-        return split_floats(new)[0]
+        return loop.split(new)[0]
 
     return step
 
@@ -194,6 +193,6 @@ def emit_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> EmitFn:
 
     def emit(pf: PyTree, cf: PyTree) -> EmitOutput:
         new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-        return (split_floats(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
+        return (loop.split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
 
     return emit

@@ -331,10 +331,16 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
         batch=batch,
         reverses=adjoint.needs_reversal(),
     )
+    # Times that nothing differentiated places (static ones, or traced ones not
+    # differentiated: `fixed_times`) are constants to reverse mode.
     fixed = None
-    if not config.static_times and config.event is None:
-        fixed = make_loop(dataclasses.replace(config, static_times=True))
-    loop = make_loop(config, fixed_times=fixed)
+    if config.static_times:
+        loop = make_loop(config, constant=_step.time_leaves)
+    else:
+        if config.event is None:
+            static = dataclasses.replace(config, static_times=True)
+            fixed = make_loop(static, constant=_step.time_leaves)
+        loop = make_loop(config, fixed_times=fixed)
     buffers = _saving.buffers(config.saving, params.save_ts, spec, len(config.table), time_dtype)
     problem = None
     if adjoint.needs_problem():
@@ -351,9 +357,11 @@ def _loop(
     batch: int,
     reverses: bool,
     fixed_times: Loop | None = None,
+    constant: Callable[[PyTree], PyTree] | None = None,
 ) -> Loop:
     """The solve as a loop for an adjoint; `fixed_times`: the same loop with no
-    derivative through the step and save times (see `Loop`)."""
+    derivative through the step and save times; `constant`: which carry leaves carry
+    none (see `Loop`)."""
     return Loop(
         cond=lambda p, s: _step.keep_going(config, p, s),
         body=lambda p, s: _step.step(config, p, s),
@@ -369,6 +377,7 @@ def _loop(
         reversal=reversal(config) if reverses else None,
         fixed_times=fixed_times,
         times_of=_times_of if fixed_times is not None else None,
+        constant=constant,
         # Every output row is written once: a save time's, a step's and a dense row's
         # index only advances past a row it keeps; other writes go to the scratch row,
         # which `_finish` drops.

@@ -11,6 +11,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Int
 
 from adjoints import Write, decided
@@ -53,6 +54,22 @@ class State(eqx.Module):
     event: _event.EventState | None
     meter_last: Any
     verdict: Int[Array, ""] | None
+
+
+def time_leaves(tree: State) -> State:
+    """Which leaves of a State-shaped `tree` (None where it has none) are times, or are
+    placed by them alone: where steps start and end, the controller's state, the
+    interpolation row's start, the next save times and the progress meter's last time.
+    A loop with static times gives them no derivative (see `Loop.constant`)."""
+
+    def is_time(path: tuple, leaf: Any) -> bool:
+        names = tuple(getattr(k, "name", getattr(k, "idx", None)) for k in path)
+        return names[:1] in _TIME_FIELDS or names[:2] == ("row", 0) or names[-1:] == ("next_save",)
+
+    return jtu.tree_map_with_path(is_time, tree, is_leaf=lambda x: x is None)
+
+
+_TIME_FIELDS = {("t",), ("t_next",), ("controller_state",), ("meter_last",)}
 
 
 class Decision(eqx.Module):
