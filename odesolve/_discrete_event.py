@@ -17,7 +17,7 @@ from jaxtyping import Array, Float
 from ._event import Event
 from ._flat import PyTree
 from ._norm import rms_norm
-from ._steady_state import steady_state_event
+from ._steady_state import check_tolerances, steady_state_event
 
 DEPRECATED = (
     "diffeqsolve(..., discrete_terminating_event=...) is deprecated, as in Diffrax: pass "
@@ -81,6 +81,9 @@ class SteadyStateEvent(AbstractDiscreteTerminatingEvent):
     rtol: float | None = None
     atol: float | None = None
     norm: Callable = rms_norm
+
+    def __check_init__(self) -> None:
+        check_tolerances("SteadyStateEvent", self.rtol, self.atol)
 
     def __call__(self, state: StepEnd, **kwargs: Any) -> Any:
         steady = steady_state_event(self.rtol, self.atol, self.norm)

@@ -10,10 +10,14 @@ controller with `PIDController(..., jump_ts=ts)`.
 
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from equinox import AbstractVar
 from jaxtyping import Array, Real
+
+from adjoints import trace_time_value
 
 from ._flat import PyTree, RealScalarLike, in_state_dtype
 from ._path import AbstractPath
@@ -33,8 +37,25 @@ class AbstractGlobalInterpolation(AbstractPath):
     ts_size: AbstractVar[Any]
 
     def __check_init__(self) -> None:
+        name = type(self).__name__
         if jnp.ndim(self.ts) != 1:
-            raise ValueError(f"ts has shape {jnp.shape(self.ts)}: pass a 1-D array of knots.")
+            raise ValueError(
+                f"{name}(ts=...) has shape {jnp.shape(self.ts)}: pass a 1-D array of knots."
+            )
+        if jnp.shape(self.ts)[0] < 2:
+            raise ValueError(
+                f"{name}(ts=...) has {jnp.shape(self.ts)[0]} knot(s): pass at least two."
+            )
+        known = trace_time_value(self.ts)
+        if known is not None:
+            known = np.asarray(known, dtype=float)
+            # Repeated knots are allowed (`rectilinear_interpolation` makes them).
+            bad = ~np.isfinite(known) | np.append(False, known[1:] < known[:-1])
+            if np.any(bad):
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"{name}(ts=...) has ts[{i}]={known[i]}: knots must be finite and increasing."
+                )
 
     # The properties give `AbstractPath`'s abstract attributes, which mypy reads as
     # dataclass fields that only a field may override; equinox accepts a property.
@@ -81,7 +102,7 @@ class LinearInterpolation(AbstractGlobalInterpolation):
     `linear_interpolation` or `rectilinear_interpolation`.
     """
 
-    ts: Real[Array, " times"]
+    ts: Real[Array, " times"] = eqx.field(converter=jnp.asarray)
     ys: PyTree
 
     def __check_init__(self) -> None:
@@ -132,10 +153,15 @@ class CubicInterpolation(AbstractGlobalInterpolation):
       `backward_hermite_coefficients(ts, ys)` computes them from data.
     """
 
-    ts: Real[Array, " times"]
+    ts: Real[Array, " times"] = eqx.field(converter=jnp.asarray)
     coeffs: Cubic
 
     def __check_init__(self) -> None:
+        if not (isinstance(self.coeffs, (tuple, list)) and len(self.coeffs) == 4):
+            raise ValueError(
+                "CubicInterpolation(coeffs=...): pass the 4-tuple (d, c, b, a), as "
+                "backward_hermite_coefficients(ts, ys) returns it."
+            )
         for leaf in jtu.tree_leaves(self.coeffs):
             if jnp.shape(leaf)[:1] != (jnp.shape(self.ts)[0] - 1,):
                 raise ValueError(
@@ -165,9 +191,7 @@ class CubicInterpolation(AbstractGlobalInterpolation):
         """dy/dt = b[i] + 2 c[i] s + 3 d[i] s^2 on the piece holding `t`."""
         d, c, b, a = self.coeffs
         i, s, _ = self._piece(t, left, a)
-        return jtu.tree_map(
-            lambda d_, c_, b_: cubic_slope((d_[i], c_[i], b_[i]), s), d, c, b
-        )
+        return jtu.tree_map(lambda d_, c_, b_: cubic_slope((d_[i], c_[i], b_[i]), s), d, c, b)
 
 
 def cubic_value(coeffs: tuple[Any, Any, Any, Any], s: Array) -> Array:

@@ -20,6 +20,7 @@ from jaxtyping import Array, Real
 from ._flat import PyTree, in_state_dtype
 from ._global_interpolation import as_inexact, cubic_slope, cubic_value
 from ._missing_data import (
+    check_rows,
     checked_knots,
     fill_forward,
     gather_rows,
@@ -150,6 +151,7 @@ def backward_hermite_coefficients(
     Returns (d, c, b, a), each a PyTree like `ys` with leading axis T - 1.
     """
     ts = checked_knots(ts)
+    check_rows(ts, ys)
     leaves, treedef = jtu.tree_flatten(ys)
     if not leaves:
         return ys, ys, ys, ys

@@ -179,6 +179,13 @@ def _diffeqsolve(
         event = as_event(discrete_terminating_event, event)
     if event is not None and not isinstance(event, Event):
         raise TypeError(f"event={event!r}: pass odesolve.Event(cond_fn) or None.")
+    if event is None and adjoint.differentiates_steady_state():
+        raise ValueError(
+            f"adjoint={type(adjoint).__name__}() differentiates a steady state, and this "
+            "solve has no event to end at one: its gradient would be that of a state that "
+            "no longer moves. Pass event=Event(steady_state_event()) (t1 may be inf), or "
+            "use RecursiveCheckpointAdjoint() (the default) for a solve to a fixed t1."
+        )
     if event is not None and adjoint.needs_problem():
         raise UnsupportedCombination(
             f"event=... cannot be combined with adjoint={type(adjoint).__name__}(): the "

@@ -29,6 +29,16 @@ def checked_knots(ts: ArrayLike) -> Real[Array, " times"]:
     return eqx.error_if(ts, ~(ts[1:] > ts[:-1]), "ts must be strictly increasing.")
 
 
+def check_rows(ts: Array, ys: PyTree, name: str = "ys") -> None:
+    """Each leaf of `ys` has a leading axis of len(ts): one row per time."""
+    for path, leaf in jtu.tree_flatten_with_path(ys)[0]:
+        if jnp.shape(leaf)[:1] != jnp.shape(ts)[:1]:
+            raise ValueError(
+                f"{name}{jtu.keystr(path)} has shape {jnp.shape(leaf)} for {jnp.shape(ts)[0]} "
+                f"times: each leaf of {name} needs a leading axis of len(ts), a row per time."
+            )
+
+
 def last_observed(ys: Array) -> Array:
     """For each entry of `ys` (time axis first), the index of the latest non-NaN entry
     of its channel at or before it; -1 where there is none."""
@@ -119,6 +129,7 @@ def linear_interpolation(
     Returns a PyTree like `ys`.
     """
     ts = checked_knots(ts)
+    check_rows(ts, ys)
     fill = lambda y, start=None: _interpolate_channel(
         fill_forward_nans_at_end, ts, as_inexact(y), start
     )
@@ -139,6 +150,7 @@ def rectilinear_interpolation(
     Returns (new_ts, new_ys), of length 2T - 1 along the time axis.
     """
     ts = checked_knots(ts)
+    check_rows(ts, ys)
     new_ts = jnp.repeat(ts, 2)[1:]
     hold = lambda y, start=None: jnp.repeat(fill_forward(as_inexact(y), start), 2, axis=0)[:-1]
     if replace_nans_at_start is None:

@@ -78,6 +78,12 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     def message(self) -> str:
         return _MESSAGES[self]
 
+    @staticmethod
+    def where(pred: Bool[ArrayLike, "..."], a: Any, b: Any) -> "Result":
+        """`a` where `pred`, else `b` (members, codes or results), as Diffrax's
+        `RESULTS.where`; also inside `jit`."""
+        return Result(jnp.where(pred, _code(a), _code(b)))
+
     @property
     def _value(self) -> int:
         """The code, under the name Diffrax's results (and `Result`) keep it."""

@@ -38,7 +38,19 @@ def resume_from(solver_state: PyTree, controller_state: PyTree, made_jump: Any) 
     """`Resume` of `diffeqsolve`'s arguments, or None when none was passed."""
     if solver_state is None and controller_state is None and made_jump is None:
         return None
+    if made_jump is not None:
+        _check_made_jump(made_jump)
     return Resume(solver_state, controller_state, made_jump)
+
+
+def _check_made_jump(made_jump: Any) -> None:
+    """`made_jump` is a boolean scalar (as `sol.made_jump` is)."""
+    dtype = jnp.result_type(made_jump) if eqx.is_array_like(made_jump) else None
+    if isinstance(made_jump, str) or dtype != jnp.bool_ or jnp.ndim(made_jump) != 0:
+        raise TypeError(
+            f"made_jump={made_jump!r}: pass a boolean scalar, the sol.made_jump of the solve "
+            "this one resumes (SaveAt(made_jump=True)), or None."
+        )
 
 
 def resumed(init: State, resume: Resume | None, adaptive: bool, differentiable: bool) -> State:

@@ -120,7 +120,9 @@ class SaveAt(eqx.Module):
         made_jump: bool = False,
     ):
         if ts is not None and np.shape(ts) == (0,):
-            ts = None  # as Diffrax: no save times
+            if not (t0 or t1 or steps or subs is not None):
+                raise ValueError("SaveAt(ts=[]) saves nothing: pass some save times, or t1=True.")
+            ts = None  # as Diffrax: no save times beside the other outputs
         own = t0 or t1 or ts is not None or steps
         if subs is not None:
             if own or fn is not save_y:

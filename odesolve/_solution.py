@@ -143,6 +143,7 @@ class Solution(eqx.Module):
             raise ValueError(
                 "sol.evaluate needs the dense solution: pass saveat=SaveAt(dense=True)."
             )
+        _check_times("sol.evaluate", t0=t0, t1=t1)
         return self.interpolation.evaluate(t0, t1, left)
 
     def derivative(self, t: RealScalarLike | Real[Array, " m"], left: bool = True) -> Any:
@@ -162,7 +163,21 @@ class Solution(eqx.Module):
             raise ValueError(
                 "sol.derivative needs the dense solution: pass saveat=SaveAt(dense=True)."
             )
+        _check_times("sol.derivative", t=t)
         return self.interpolation.derivative(t, left)
+
+
+def _check_times(owner: str, **times: Any) -> None:
+    """Each time is a real scalar or a 1-D array of them."""
+    for name, t in times.items():
+        if t is None:
+            continue
+        real = eqx.is_array_like(t) and not isinstance(t, (str, bytes))
+        if real:
+            dtype = jnp.result_type(t)
+            real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        if not real or jnp.ndim(t) > 1:
+            raise TypeError(f"{owner}({name}={t!r}): pass a real time, or a 1-D array of times.")
 
 
 __all__ = ["Solution", "RESULTS", "DenseInterpolation"]

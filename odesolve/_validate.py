@@ -117,7 +117,7 @@ def resolution(t_max: Any, dtype: Any, xp: Any = jnp) -> Any:
 
 
 def _check_resolution(c0, c1, cdt, dtype) -> None:
-    if None in (c0, c1, cdt):
+    if None in (c0, c1, cdt) or c0 == c1:  # an empty interval takes no step
         return
     t_max = max(abs(c0), abs(c1))
     smallest = float(resolution(t_max, dtype, np))

@@ -110,3 +110,22 @@ def test_one_checkpoint_differentiates_exactly(saveat, controller):
     one = jax.grad(loss)(1.5, 1)
     np.testing.assert_allclose(one, jax.grad(loss)(1.5, None), rtol=1e-10)
     np.testing.assert_allclose(one, jax.grad(loss)(1.5, 3), rtol=1e-10)
+
+
+def test_results_where_picks_a_code_per_element_also_inside_jit():
+    pick = lambda p: ode.RESULTS.where(p, ode.RESULTS.successful, ode.RESULTS.max_steps_reached)
+    assert pick(jnp.array(True)) == ode.RESULTS.successful
+    assert int(jax.jit(lambda p: pick(p)._value)(False)) == int(
+        diffrax.RESULTS.max_steps_reached._value
+    )
+
+
+def test_an_empty_interval_far_from_zero_returns_y0():
+    # No step is taken, so dt0 below the resolution of time there does not matter.
+    sol = decay(ode, t0=1e20, t1=1e20, stepsize_controller=ode.PIDController(1e-5, 1e-5))
+    np.testing.assert_array_equal(sol.ys[0], Y0)
+
+
+def test_interpolation_knots_given_as_a_list():
+    path = ode.LinearInterpolation([0.0, 0.5, 1.0], jnp.array([0.0, 1.0, 0.0]))
+    np.testing.assert_allclose(path.evaluate(0.25), 0.5)

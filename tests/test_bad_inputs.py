@@ -13,6 +13,8 @@ import pytest
 import odesolve as ode
 
 PID = ode.PIDController(rtol=1e-8, atol=1e-8)
+TERM = ode.ODETerm(lambda t, y, args: -y)
+Y0 = jnp.array([1.0, 2.0])
 
 
 def solve(**overrides):
@@ -234,6 +236,71 @@ CASES = {
         lambda: solve(max_steps=True),
         ValueError,
         r"max_steps=True: pass a positive int",
+    ),
+    "made_jump given as a string": (
+        lambda: solve(made_jump="x"),
+        TypeError,
+        r"made_jump='x': pass a boolean scalar",
+    ),
+    "save times given as an empty list alone": (
+        lambda: ode.SaveAt(ts=[]),
+        ValueError,
+        r"SaveAt\(ts=\[\]\) saves nothing",
+    ),
+    "unsorted interpolation knots": (
+        lambda: ode.LinearInterpolation(jnp.array([0, 0.5, 0.2, 1]), jnp.zeros((4, 2))),
+        ValueError,
+        r"LinearInterpolation\(ts=...\) has ts\[2\]=0.2.*finite and increasing",
+    ),
+    "a single interpolation knot": (
+        lambda: ode.LinearInterpolation(jnp.array([0.0]), jnp.zeros((1, 2))),
+        ValueError,
+        r"LinearInterpolation\(ts=...\) has 1 knot\(s\): pass at least two",
+    ),
+    "rectilinear data of another length than its times": (
+        lambda: ode.rectilinear_interpolation(jnp.linspace(0, 1, 3), jnp.zeros((5, 2))),
+        ValueError,
+        r"ys has shape \(5, 2\) for 3 times",
+    ),
+    "Hermite data of another length than its times": (
+        lambda: ode.backward_hermite_coefficients(jnp.linspace(0, 1, 3), jnp.zeros((5, 2))),
+        ValueError,
+        r"ys has shape \(5, 2\) for 3 times",
+    ),
+    "cubic coefficients that are not four": (
+        lambda: ode.CubicInterpolation(jnp.linspace(0, 1, 3), (jnp.zeros((2, 1)),) * 3),
+        ValueError,
+        r"CubicInterpolation\(coeffs=...\): pass the 4-tuple \(d, c, b, a\)",
+    ),
+    "a negative steady-state tolerance": (
+        lambda: ode.SteadyStateEvent(rtol=-1.0, atol=1e-6),
+        ValueError,
+        r"SteadyStateEvent\(rtol=-1.0\): pass a finite number >= 0",
+    ),
+    "a NaN steady-state tolerance": (
+        lambda: ode.steady_state_event(rtol=float("nan"), atol=1e-6),
+        ValueError,
+        r"steady_state_event\(rtol=nan\)",
+    ),
+    "a dense solution evaluated at a string": (
+        lambda: solve(saveat=ode.SaveAt(dense=True)).evaluate("0.5"),
+        TypeError,
+        r"sol.evaluate\(t0='0.5'\): pass a real time, or a 1-D array of times",
+    ),
+    "a manual step with made_jump a string": (
+        lambda: ode.Tsit5().step(TERM, 0.0, 0.1, Y0, None, None, "x"),
+        TypeError,
+        r"solver.step\(made_jump='x'\): pass a boolean scalar",
+    ),
+    "a manual step with y0 a string": (
+        lambda: ode.Tsit5().step(TERM, 0.0, 0.1, "y", None, None, False),
+        TypeError,
+        r"solver.step: y0='y' is not an array",
+    ),
+    "a manual step with another solver's state": (
+        lambda: ode.Tsit5().step(TERM, 0.0, 0.1, Y0, None, (1, 2, 3), False),
+        ValueError,
+        r"solver_state=\(1, 2, 3\) is not the state this solver carries",
     ),
 }
 

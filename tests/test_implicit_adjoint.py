@@ -128,3 +128,11 @@ def test_a_lineax_solver_in_every_transformation_order():
     wanted = {"vmap(grad) shared": np.stack([expected[0]] * 3), "jit(jvp)": expected[0]}
     for name, got in orders.items():
         np.testing.assert_allclose(got, wanted.get(name, expected), rtol=1e-6, err_msg=name)
+
+
+def test_a_solve_without_an_event_to_end_at_a_steady_state_is_refused():
+    # Its gradient would be the steady state's (zero for y0) of a state still moving.
+    with pytest.raises(ValueError, match=r"ImplicitAdjoint\(\) differentiates a steady state"):
+        ode.diffeqsolve(
+            FIELD, ode.Tsit5(), 0.0, 1.0, 0.1, Y0, PARAMS, adjoint=ode.ImplicitAdjoint()
+        )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
@@ -244,6 +245,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         self, terms: ODETerm, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
     ) -> Any:
         """The solver state before the first step (opaque: pass it to `step`)."""
+        _check_state("init", y0)
         self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
@@ -262,23 +264,36 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
+        _check_state("step", y0)
+        made_jump = _jump_flag(made_jump)
         self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         start, end = as_times(t0, t1, state=y0)
         context = StepContext(None, jnp.ones((), start.dtype), spec)
-        out = self.advance(
-            StepInput(
-                vf=StepField(field, field),
-                t0=start,
-                h=end - start,
-                y0=spec.ravel(y0),
-                state=solver_state,
-                made_jump=jnp.asarray(made_jump),
-                args=args,
-                with_error=self.adaptive,
-                context=context,
-            )
+        step = StepInput(
+            vf=StepField(field, field),
+            t0=start,
+            h=end - start,
+            y0=spec.ravel(y0),
+            state=solver_state,
+            made_jump=made_jump,
+            args=args,
+            with_error=self.adaptive,
+            context=context,
         )
+        try:
+            out = self.advance(step)
+        except (TypeError, ValueError) as error:
+            # A state that is not the one `init` makes fails deep in the step: say so.
+            expected = jax.eval_shape(lambda: self.init(terms, t0, t1, y0, args))
+            got = jax.eval_shape(lambda: solver_state)
+            if jtu.tree_structure(got) != jtu.tree_structure(expected) or got != expected:
+                raise ValueError(
+                    f"solver_state={solver_state!r} is not the state this solver carries for "
+                    f"y0 (expected {expected}): pass what solver.init(terms, t0, t1, y0, "
+                    "args) or the previous solver.step returned."
+                ) from error
+            raise
         result: Any = RESULTS.successful
         if out.failed is not None:
             result = jnp.where(out.failed, RESULTS.nonlinear_divergence, result)
@@ -290,6 +305,32 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         """The vector field at (t0, y0)."""
         (t,) = as_times(t0, state=y0)
         return as_one_term(terms, self.term_structure, y0).vf(t, y0, args)
+
+
+def _check_state(owner: str, y0: PyTree) -> None:
+    """Each leaf of y0 is an array or a number."""
+    for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
+        if isinstance(leaf, (str, bytes)) or not eqx.is_array_like(leaf):
+            raise TypeError(
+                f"solver.{owner}: y0{jtu.keystr(path)}={leaf!r} is not an array: pass a "
+                "PyTree of float arrays, e.g. jnp.asarray(...)."
+            )
+
+
+def _jump_flag(made_jump: Any) -> Bool[Array, ""]:
+    """`made_jump` as a boolean scalar (None: no jump)."""
+    if made_jump is None:
+        return jnp.asarray(False)
+    if isinstance(made_jump, str) or not eqx.is_array_like(made_jump):
+        dtype, ndim = None, None
+    else:
+        dtype, ndim = jnp.result_type(made_jump), jnp.ndim(made_jump)
+    if dtype != jnp.bool_ or ndim != 0:
+        raise TypeError(
+            f"solver.step(made_jump={made_jump!r}): pass a boolean scalar, True when t0 is "
+            "just past a jump of the vector field (False otherwise)."
+        )
+    return jnp.asarray(made_jump)
 
 
 def _from_base(cls: type, method: str) -> bool:
