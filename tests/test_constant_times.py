@@ -45,8 +45,12 @@ def _loss(adjoint, controller, t1):
     return loss
 
 
-@pytest.mark.parametrize("controller", ["constant", "pid"])
-@pytest.mark.parametrize("t1", ["concrete", "traced"])
+@pytest.mark.parametrize(
+    "controller, t1",
+    [("pid", "traced"), ("constant", "concrete")]  # the others with -m matrix
+    + [pytest.param(c, t, marks=pytest.mark.matrix) for c, t in [("pid", "concrete")]]
+    + [pytest.param("constant", "traced", marks=pytest.mark.matrix)],
+)
 def test_times_nothing_differentiated_places_carry_no_cotangent(controller, t1):
     controller = dict(constant=ode.ConstantStepSize(), pid=ode.PIDController(rtol=1e-8, atol=1e-8))[
         controller

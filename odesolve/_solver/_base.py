@@ -287,7 +287,9 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
             # A state that is not the one `init` makes fails deep in the step: say so.
             expected = jax.eval_shape(lambda: self.init(terms, t0, t1, y0, args))
             got = jax.eval_shape(lambda: solver_state)
-            if jtu.tree_structure(got) != jtu.tree_structure(expected) or got != expected:
+            # (jaxlib's stub for PyTreeDef declares no __eq__.)
+            same = jtu.tree_structure(got) == jtu.tree_structure(expected)  # type: ignore[operator]
+            if not same or got != expected:
                 raise ValueError(
                     f"solver_state={solver_state!r} is not the state this solver carries for "
                     f"y0 (expected {expected}): pass what solver.init(terms, t0, t1, y0, "
