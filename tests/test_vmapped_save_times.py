@@ -104,7 +104,16 @@ def test_many_save_times_per_step_under_vmap(order):
 ORDERS = ["vmap(grad) batched", "vmap(vmap(grad))", "jacrev(vmap)", "jit(jvp(vmap))"]
 
 
-@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize(
+    "order",
+    # Two orders in the suite; the nested batch and the Jacobian with -m matrix.
+    [
+        o
+        if o in ("vmap(grad) batched", "jit(jvp(vmap))")
+        else pytest.param(o, marks=pytest.mark.matrix)
+        for o in ORDERS
+    ],
+)
 def test_many_save_times_per_step_in_every_order(order):
     """The blocks of save times in the other orders users write, against each sample's
     gradient from its own unbatched solve (one save time per emit)."""
