@@ -138,7 +138,7 @@ class Loop(eqx.Module):
       it leaves out would all be dropped (None: always this loop).
     - `constant(tree) -> PyTree[bool]`: for a carry-shaped `tree` (None where it has no
       leaf), which of its leaves never carry a derivative in this loop, though floats
-      (a `fixed_times` loop's times: they depend on nothing differentiated). Reverse mode
+      (times placed by nothing differentiated, as in `fixed_times`). Reverse mode
       treats them as constants, and computes and carries no cotangent for them.
       None: every float leaf carries one.
     - `writes_once`: each row of a buffer but its scratch row is written at most once,
