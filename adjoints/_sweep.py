@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
-from ._packing import Packing, Rows, is_float
+from ._packing import Packing, Rows
 from ._rows import read_row, write_row
 
 SlotIndex = Int[Array, " slots"]  # the tick whose state each slot holds, -1 if free
@@ -85,11 +85,6 @@ class Backward(eqx.Module):
     start: Cotangents
     ct_buffers: Buffers
     scratch: tuple[Write, ...]
-
-
-def split_floats(tree: PyTree) -> tuple[PyTree, PyTree]:
-    """(the float leaves of `tree`, the others), each with None in the other's places."""
-    return eqx.partition(tree, is_float)
 
 
 def scratch_writes(

@@ -22,6 +22,7 @@ from jaxtyping import Array, Bool
 
 from adjoints import is_concrete
 
+from ._checks import is_boolean_scalar
 from ._flat import PyTree
 from ._step import State
 
@@ -45,8 +46,7 @@ def resume_from(solver_state: PyTree, controller_state: PyTree, made_jump: Any) 
 
 def _check_made_jump(made_jump: Any) -> None:
     """`made_jump` is a boolean scalar (as `sol.made_jump` is)."""
-    dtype = jnp.result_type(made_jump) if eqx.is_array_like(made_jump) else None
-    if isinstance(made_jump, str) or dtype != jnp.bool_ or jnp.ndim(made_jump) != 0:
+    if not is_boolean_scalar(made_jump):
         raise TypeError(
             f"made_jump={made_jump!r}: pass a boolean scalar, the sol.made_jump of the solve "
             "this one resumes (SaveAt(made_jump=True)), or None."

@@ -9,6 +9,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
 
+from ._checks import is_real
 from ._flat import PyTree, RealScalarLike
 
 
@@ -25,9 +26,8 @@ def _check_ts(ts: ArrayLike | None, owner: str) -> None:
         raise ValueError(
             f"{owner}(ts=...) must be a non-empty 1-D array of times, got shape {shape}."
         )
-    # A list is read as NumPy would (strings stay strings); an array keeps its dtype.
-    dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
-    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+    if not is_real(ts):
+        dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
         raise TypeError(f"{owner}(ts=...): pass real times, got dtype {dtype}.")
 
 

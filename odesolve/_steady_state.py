@@ -1,12 +1,12 @@
 """`steady_state_event`: stop once the solution has stopped changing (as Diffrax's)."""
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
 
-from ._controller._base import AbstractStepSizeController, concrete_float
+from ._checks import check_tolerance
+from ._controller._base import AbstractStepSizeController
 from ._controller.pid import rms_norm
 from ._flat import PyTree, RealScalarLike
 from ._term import ODETerm
@@ -37,12 +37,8 @@ def steady_state_event(
 
 
 def check_tolerances(owner: str, rtol: Any, atol: Any) -> None:
-    """Tolerances known when given are finite and >= 0: a negative or NaN one is never
-    met, and the solve would run out of steps without saying why."""
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        known = None if value is None else concrete_float(value)
-        if known is not None and not (known >= 0 and math.isfinite(known)):
-            raise ValueError(f"{owner}({name}={value!r}): pass a finite number >= 0, e.g. 1e-6.")
+    check_tolerance(owner, "rtol", rtol)
+    check_tolerance(owner, "atol", atol)
 
 
 def _tolerance(given: float | None, name: str, controller: AbstractStepSizeController) -> Any:

@@ -17,6 +17,7 @@ import numpy as np
 from adjoints import AbstractAdjoint, is_concrete
 
 from . import _hints, _time
+from ._checks import check_array_leaves
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -58,14 +59,8 @@ def _promoted(dtype: Any, time_dtype: Any) -> Any:
 def _normalise_y0(y0: Any) -> Any:
     _, treedef = jtu.tree_flatten(y0)  # (a y0 without arrays is solved elsewhere)
     out = []
-    for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
-        where = "y0" + jtu.keystr(path)
-        if isinstance(leaf, (bool, np.bool_)) or not eqx.is_array_like(leaf):
-            raise TypeError(
-                f"{where} = {leaf!r} (type {type(leaf).__name__}) is not an array: every "
-                "leaf of y0 must be a float (or integer) array or number, e.g. "
-                "jnp.asarray(...)."
-            )
+    check_array_leaves(y0, "y0")
+    for leaf in jtu.tree_leaves(y0):
         leaf = jnp.asarray(leaf)
         out.append(leaf.astype(_float_dtype(leaf.dtype)))
     return jtu.tree_unflatten(treedef, out)

@@ -19,6 +19,10 @@ from jaxtyping import Array, Bool
 from .._loop import Write
 from .._sweep import Backward, Cotangents, Kept, Run, Tick
 
+# The fewest states a recomputing schedule keeps: `checkpoints=1` (Diffrax's least) is
+# taken as 2, the initial state and one more to recompute from.
+MIN_SLOTS = 2
+
 
 class Sizing(eqx.Module):
     """What sizing a schedule for a loop may read.
@@ -50,13 +54,8 @@ class Sizing(eqx.Module):
         a slot per emit, or as many online slots as the budget holds."""
         count = self.checkpoints if checkpoints is None else checkpoints
         if count is None:
-            return max(2, self.budget // max(self.slot, 1))
+            return max(MIN_SLOTS, self.budget // max(self.slot, 1))
         return max(MIN_SLOTS, count + self.max_emits)
-
-
-# The fewest states a recomputing schedule keeps: `checkpoints=1` (Diffrax's least) is
-# taken as 2, the initial state and one more to recompute from.
-MIN_SLOTS = 2
 
 
 class AbstractSchedule(eqx.Module):

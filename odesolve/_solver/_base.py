@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
+from .._checks import check_array_leaves, is_boolean_scalar
 from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
@@ -245,7 +246,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         self, terms: ODETerm, t0: RealScalarLike, t1: RealScalarLike, y0: PyTree, args: PyTree
     ) -> Any:
         """The solver state before the first step (opaque: pass it to `step`)."""
-        _check_state("init", y0)
+        check_array_leaves(y0, "y0", "solver.init: ")
         self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
         y = spec.ravel(y0)
@@ -264,7 +265,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
     ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
-        _check_state("step", y0)
+        check_array_leaves(y0, "y0", "solver.step: ")
         made_jump = _jump_flag(made_jump)
         self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
@@ -289,7 +290,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
             got = jax.eval_shape(lambda: solver_state)
             # (jaxlib's stub for PyTreeDef declares no __eq__.)
             same = jtu.tree_structure(got) == jtu.tree_structure(expected)  # type: ignore[operator]
-            if not same or got != expected:
+            if not same or jtu.tree_leaves(got) != jtu.tree_leaves(expected):
                 raise ValueError(
                     f"solver_state={solver_state!r} is not the state this solver carries for "
                     f"y0 (expected {expected}): pass what solver.init(terms, t0, t1, y0, "
@@ -309,25 +310,11 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         return as_one_term(terms, self.term_structure, y0).vf(t, y0, args)
 
 
-def _check_state(owner: str, y0: PyTree) -> None:
-    """Each leaf of y0 is an array or a number."""
-    for path, leaf in jtu.tree_flatten_with_path(y0)[0]:
-        if isinstance(leaf, (str, bytes)) or not eqx.is_array_like(leaf):
-            raise TypeError(
-                f"solver.{owner}: y0{jtu.keystr(path)}={leaf!r} is not an array: pass a "
-                "PyTree of float arrays, e.g. jnp.asarray(...)."
-            )
-
-
 def _jump_flag(made_jump: Any) -> Bool[Array, ""]:
     """`made_jump` as a boolean scalar (None: no jump)."""
     if made_jump is None:
         return jnp.asarray(False)
-    if isinstance(made_jump, str) or not eqx.is_array_like(made_jump):
-        dtype, ndim = None, None
-    else:
-        dtype, ndim = jnp.result_type(made_jump), jnp.ndim(made_jump)
-    if dtype != jnp.bool_ or ndim != 0:
+    if not is_boolean_scalar(made_jump):
         raise TypeError(
             f"solver.step(made_jump={made_jump!r}): pass a boolean scalar, True when t0 is "
             "just past a jump of the vector field (False otherwise)."

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import numpy as np
 
-from adjoints import check_linear_solver, trace_time_value
+from adjoints import check_linear_solver
 
+from .._checks import check_tolerance
 from .._flat import PyTree
 from .._norm import rms_norm
 from . import _chord_root_find as chord
@@ -113,14 +113,5 @@ def root_finder_tolerances(root_finder: Any) -> tuple[Any, Any, Any]:
 
 
 def _check_tolerances(root_finder: Any) -> None:
-    """Tolerances known when constructed are >= 0 and finite: a negative or NaN one is
-    never met, and every step would end in a failure that does not name it."""
     for name in ("rtol", "atol"):
-        value = trace_time_value(getattr(root_finder, name))
-        if value is None or np.ndim(value) != 0:
-            continue
-        if not (float(value) >= 0 and np.isfinite(float(value))):  # NaN fails too
-            raise ValueError(
-                f"root_finder={root_finder!r}: {name}={float(value)} must be a finite "
-                "number >= 0, e.g. 1e-8."
-            )
+        check_tolerance(type(root_finder).__name__, name, getattr(root_finder, name))

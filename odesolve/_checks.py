@@ -1,0 +1,48 @@
+"""Checks of user inputs that several entry points share: each names the argument, shows
+the value and says the fix, and is written once here."""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from adjoints import trace_time_value
+
+from ._flat import PyTree
+
+
+def check_array_leaves(tree: PyTree, name: str, owner: str = "") -> None:
+    """Each leaf of `tree` (a state) is an array or a number, not a bool or an object."""
+    for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, (bool, np.bool_, str, bytes)) or not eqx.is_array_like(leaf):
+            raise TypeError(
+                f"{owner}{name}{jtu.keystr(path)} = {leaf!r} (type {type(leaf).__name__}) is "
+                f"not an array: every leaf of {name} must be a float (or integer) array or "
+                "number, e.g. jnp.asarray(...)."
+            )
+
+
+def is_boolean_scalar(x: Any) -> bool:
+    """A bool or a boolean array of no dimensions (a jump flag)."""
+    if isinstance(x, str) or not eqx.is_array_like(x):
+        return False
+    return jnp.result_type(x) == jnp.bool_ and jnp.ndim(x) == 0
+
+
+def is_real(ts: Any) -> bool:
+    """Whether times (a list, read as NumPy reads it, or an array) are real numbers."""
+    dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+    return bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+
+
+def check_tolerance(owner: str, name: str, value: Any) -> None:
+    """A tolerance known when given is finite and >= 0: a negative or NaN one is never
+    met, and the solve would fail without naming it."""
+    known = None if value is None else trace_time_value(value)
+    if known is None or np.ndim(known) != 0:
+        return
+    if not (float(known) >= 0 and math.isfinite(float(known))):  # NaN fails too
+        raise ValueError(f"{owner}({name}={value!r}): pass a finite number >= 0, e.g. 1e-6.")
