@@ -20,6 +20,7 @@ from ._controller.clip import unclipped
 from ._controller.constant import StepTo
 from ._controller.pid import PIDController
 from ._flat import PyTree
+from ._norm import rms_norm
 from ._results import ComplexStateWarning, UnsupportedCombination
 from ._saveat import SaveAt
 from ._term import MultiTerm, ODETerm
@@ -40,8 +41,7 @@ def adjoint_rms_seminorm(x: tuple) -> Array:
     as in Diffrax, `BacksolveAdjoint(stepsize_controller=PIDController(...,
     norm=adjoint_rms_seminorm))` asks for it explicitly."""
     y, a = x[0], x[1]
-    squares = jnp.sum(jnp.square(jnp.abs(y))) + jnp.sum(jnp.square(jnp.abs(a)))  # complex too
-    return jnp.sqrt(squares / (y.size + a.size))
+    return rms_norm((y, a))
 
 
 def _backward_norm(adjoint, seminorm: bool):

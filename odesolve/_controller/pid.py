@@ -40,6 +40,13 @@ def _is_zero(x: object) -> bool:
     return isinstance(x, (int, float)) and x == 0
 
 
+def _power(base: Float[Array, ""], exponent: ArrayLike) -> Float[Array, ""]:
+    """`base ** exponent` for a base in (0, inf], as exp(exponent log base): XLA's general
+    power (which also handles negative bases) took 4x as long on CPU, a sixth of a small
+    ensemble's step (benchmarks/README.md, W10)."""
+    return jnp.exp(exponent * jnp.log(base))
+
+
 # Allowed values of PIDController's scalar options: (low, high, low allowed, the fix).
 _RANGES = {
     "rtol": (0.0, math.inf, True, "tolerances must be >= 0, e.g. 1e-6."),
@@ -311,11 +318,12 @@ class PIDController(AbstractAdaptiveStepSizeController):
         c1 = (self.icoeff + self.pcoeff + self.dcoeff) / q
         c2 = -(self.pcoeff + 2 * self.dcoeff) / q
         c3 = self.dcoeff / q
-        factor = 1 if _is_zero(c1) else inv**c1
+        # inv is in [0, inf] (the error's NaN became inf); the history is finite, > 0.
+        factor = 1 if _is_zero(c1) else _power(inv, c1)
         if inv_prev is not None:
-            factor = factor * inv_prev**c2
+            factor = factor * _power(inv_prev, c2)
         if inv_prevprev is not None:
-            factor = factor * inv_prevprev**c3
+            factor = factor * _power(inv_prevprev, c3)
         return jnp.asarray(factor, dtype=jnp.result_type(inv))
 
     def _bound(

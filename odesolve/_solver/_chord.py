@@ -32,6 +32,7 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from .._flat import PyTree
+from .._norm import rms_norm
 from ._base import Field
 
 _RUNNING, _CONVERGED, _FAILED = 0, 1, 2
@@ -134,8 +135,8 @@ def _chord_iterations(
         k, it, prev_size, _ = carry
         delta = jsl.lu_solve(lu, vf(t, base + hg * k, args) - k)
         scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
-        # RMS; a state with no components (size 0) has converged at once.
-        size = jnp.sqrt(jnp.sum(jnp.square(hg * delta / scale)) / max(delta.size, 1))
+        # A state with no components (an RMS of 0) has converged at once.
+        size = rms_norm(hg * delta / scale)
         # The first iteration has no rate yet; it is accepted only when |delta| itself is
         # below kappa.
         rate = size / prev_size
