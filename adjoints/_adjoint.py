@@ -44,6 +44,7 @@ import jax.tree_util as jtu
 from ._arguments import check_count, check_linear_solver
 from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import Checkpointing, checkpointed_loop
+from ._decisions import DECISION_ROWS
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import TapeRows, tape_rows
@@ -61,7 +62,7 @@ from ._schedule import (
 from ._schedule._base import MIN_SLOTS
 from ._schedule.segments import MOST_STARTS
 from ._schedule.undo import choose_undo
-from ._sweep import DECISION_ROWS, num_ticks_bound
+from ._sweep import num_ticks_bound
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. A tape far larger than the states it holds is slow, not just
@@ -297,15 +298,19 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       output between steps. A name stands for the schedule with nothing given:
       `"tape"`, `"segments"`, `"online"`, `"states"`, `"revolve"`, `"nested"`.
     - `decision_rows`: decisions (each step's verdict and size) kept for recomputing
-      schedules to impose: those of the first `decision_rows` ticks (by default 2**17,
-      1.1 MiB in float64); later ones are made again when recomputed (equal but for
-      rounding, which in float32 near the resolution can reverse a verdict).
+      schedules to impose: those of the first `decision_rows` ticks; later ones are made
+      again when recomputed (equal but for rounding, which in float32 near the resolution
+      can reverse a verdict). None (default): verdicts, a bit each, of the first 2**17
+      ticks; step sizes (made again, they differ in their last digits only) of the ticks
+      the schedule plans to recompute: with taped segments whose kept states are thinned
+      (a bound far beyond what the budget tapes), the first `length x starts`, so that
+      the record follows the budget rather than `max_steps`.
     """
 
     checkpoints: int | None = None
     memory_budget: int | None = None
     schedule: str | AbstractSchedule | None = None
-    decision_rows: int = DECISION_ROWS
+    decision_rows: int | None = None
 
     def __check_init__(self):
         if self.checkpoints is not None and (

@@ -45,7 +45,7 @@ class Checkpointing(eqx.Module):
     ticks (see `Loop.decision`)."""
 
     choose: ChooseSchedule = eqx.field(static=True)
-    decision_rows: int = eqx.field(static=True)
+    decision_rows: int | None = eqx.field(static=True)
 
     def run(self, loop: Loop, perturbed: Perturbed, params: PyTree, init: PyTree) -> Run:
         """The differentiated run: its loop, parameters and what is differentiated."""

@@ -7,21 +7,13 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from . import _decisions
 from ._binomial import next_checkpoint
+from ._decisions import Recorded
 from ._lockstep import lockstep_while
 from ._loop import Buffers
 from ._packing import Rows
-from ._sweep import (
-    Backward,
-    Cotangents,
-    Recorded,
-    SlotIndex,
-    get_state,
-    obey_decision,
-    put_state,
-    recorded_decision,
-    replay_decision,
-)
+from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
 Scalar = Int[Array, ""]
@@ -100,12 +92,12 @@ class _Recomputation(eqx.Module):
         """Tick `index` again, with the forward sweep's decision."""
         run = self.back.run
         recorded = self.recorded(index)
-        carry = obey_decision(run.loop, recorded, carry)
+        carry = _decisions.obey(run.loop, recorded, carry)
         carry, _ = run.loop.tick(run.params, carry, self.back.scratch)
-        return replay_decision(run.loop, recorded, carry), index + 1
+        return _decisions.replay(run.loop, recorded, carry), index + 1
 
     def recorded(self, k: Scalar) -> Recorded:
-        return recorded_decision(self.back.run.loop, self.back.sweep.kept[1][2], k)
+        return _decisions.recorded(self.back.run.loop, self.back.sweep.kept[1][2], k)
 
     def advance(
         self, target: Scalar, small: _Advance, large: _Stored, active: Bool[Array, ""]
@@ -144,7 +136,7 @@ class _Recomputation(eqx.Module):
         )
         loop, params, diff = run.loop, run.params, run.diff
         # The tick is differentiated as the forward sweep took it.
-        carry = obey_decision(loop, self.recorded(target), carry)
+        carry = _decisions.obey(loop, self.recorded(target), carry)
         if run.batched:  # a finished sample reverses nothing
             ct_params, ct_carry, ct_bufs = batched_tick_vjp(
                 loop, params, diff, carry, ct_carry, ct_bufs, active=active, ct_params=ct_params

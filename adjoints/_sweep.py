@@ -1,15 +1,13 @@
 """What the forward sweep of a checkpointed loop leaves for its reverse sweep, and the
 helpers both sweeps use to store and restore loop states (packed rows, see `Packing`)."""
 
-from collections.abc import Callable
-from typing import TypeAlias
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from ._decisions import Record, empty_record
 from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._packing import Packing, Rows
@@ -21,30 +19,20 @@ Cotangents = tuple[PyTree, PyTree]
 # What a schedule keeps on the way forward: (a part selected per sample, a part written
 # only through scratch rows: slots, a tape, a decision record).
 Kept = tuple[PyTree, PyTree]
-# A record of decisions: a PyTree of arrays of a row per tick, or None.
-Decisions: TypeAlias = PyTree
-# One tick's recorded decision and whether the record holds it, or None.
-Recorded: TypeAlias = tuple[PyTree, Bool[Array, ""]] | None
-
-# Decisions kept for recomputation to impose, by default: those of the first 2**17 ticks
-# (1.1 MiB in float64), not one per tick of the bound, so that memory follows the steps a
-# solve takes rather than `max_steps`. A longer solve's later decisions are made again
-# when recomputed, as the forward sweep made them (equal but for rounding in a
-# differently compiled step).
-DECISION_ROWS = 2**17
 
 
 class Run(eqx.Module):
     """One differentiated run of a loop, as both of its sweeps see it: the loop, its
     parameters (`diff`: which leaves are differentiated), its initial carry, whether it
-    runs batched under `vmap`, and how many step-size decisions to record for replay."""
+    runs batched under `vmap`, and how many step-size decisions to record for replay
+    (None: as the schedule plans, see `_decisions`)."""
 
     loop: Loop
     params: PyTree
     diff: PyTree[bool]
     init: PyTree
     batched: bool
-    decision_rows: int = DECISION_ROWS
+    decision_rows: int | None = None
 
     @property
     def packing(self) -> Packing:
@@ -112,74 +100,11 @@ def num_ticks_bound(loop: Loop) -> int:
     return loop.max_steps + loop.max_emits
 
 
-def decision_tape(run: Run) -> Decisions:
-    """An empty record of step-size decisions, or None for a loop that makes none. Row
-    k + 1 holds the decision of tick k (row 0 is written by inactive samples and never
-    read)."""
-    loop = run.loop
-    if loop.decision is None:
-        return None
-    shapes = jax.eval_shape(loop.decision, run.init, run.init)
-    rows = min(num_ticks_bound(loop), run.decision_rows) + 1
-    return jtu.tree_map(lambda s: jnp.zeros((rows, *s.shape), s.dtype), shapes)
-
-
-def record_decision(
-    loop: Loop,
-    decisions: Decisions,
-    k: Int[Array, ""],
-    before: PyTree,
-    after: PyTree,
-    active: Bool[ArrayLike, ""],
-) -> Decisions:
-    """Keep the decision of tick k (from carry `before` to `after`), where the record has
-    a row for it."""
-    if decisions is None:
-        return None
-    assert loop.decision is not None  # only a loop with decisions records them
-    row = jnp.where(active & (k + 1 < _rows(decisions)), k + 1, 0)
-    batched = loop.batch_size > 1
-    write = lambda d, v: write_row(d, row, v, batched=batched)
-    return jtu.tree_map(write, decisions, loop.decision(before, after))
-
-
-def recorded_decision(loop: Loop, decisions: Decisions, k: Int[Array, ""]) -> Recorded:
-    """The forward sweep's decision of tick k, read once for both sides of recomputing
-    it, and whether the record holds it (None: the loop records none)."""
-    if decisions is None:
-        return None
-    rows = _rows(decisions)
-    row = jnp.minimum(k + 1, rows - 1)
-    batched = loop.batch_size > 1
-    kept = jtu.tree_map(lambda d: read_row(d, row, batched=batched), decisions)
-    return kept, k + 1 < rows
-
-
-def obey_decision(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
-    """The carry before recomputing a tick, made to take the forward sweep's verdict
-    where the record holds it."""
-    return _impose(loop.obey, recorded, carry)
-
-
-def replay_decision(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
-    """The carry after recomputing a tick, with the forward sweep's step size put back
-    where the record holds it."""
-    return _impose(loop.replay, recorded, carry)
-
-
-def _impose(
-    hook: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None,
-    recorded: Recorded,
-    carry: PyTree,
-) -> PyTree:
-    if recorded is None:
-        return carry
-    assert hook is not None  # a loop that records decisions imposes them
-    return hook(carry, *recorded)
-
-
-def _rows(decisions: PyTree) -> int:
-    return jtu.tree_leaves(decisions)[0].shape[0]
+def decision_record(run: Run, planned: int | None = None) -> Record | None:
+    """An empty record of the run's decisions (see `_decisions`); `planned`: the ticks
+    the schedule plans to recompute, where fewer than the bound."""
+    bound = num_ticks_bound(run.loop) if run.loop.decision is not None else 0
+    return empty_record(run.loop, run.init, bound, run.decision_rows, planned)
 
 
 def put_state(

@@ -74,7 +74,7 @@ _TIME_FIELDS = {("t",), ("t_next",), ("controller_state",), ("meter_last",)}
 
 class Decision(eqx.Module):
     """What a tick decided, as a reverse sweep that recomputes it replays it: the step's
-    verdict (1: accepted, 0: rejected or an emit) and where the next step ends.
+    verdict (True: accepted; False: rejected, or an emit) and where the next step ends.
 
     A step's verdict compares an error estimate, a difference of nearly equal numbers,
     with 1, and a recomputation compiled apart rounds differently: in float32 near the
@@ -85,21 +85,21 @@ class Decision(eqx.Module):
     The controller's proposal carries no derivative, so neither changes a derivative.
     """
 
-    verdict: Int[Array, ""]
+    verdict: Bool[Array, ""]
     t_next: Float[Array, ""]
 
     @staticmethod
     def taken(before: "State", after: "State") -> "Decision":
         """The decision of the tick from `before` to `after`."""
-        verdict = (after.num_accepted - before.num_accepted).astype(jnp.int8)
-        return Decision(verdict, after.t_next)
+        return Decision(after.num_accepted > before.num_accepted, after.t_next)
 
 
 def obey(state: "State", decision: Decision, held: Bool[Array, ""]) -> "State":
     """`state`, whose next step takes the verdict of `decision` where `held` (else its
     controller's)."""
     assert state.verdict is not None  # a loop with decisions has a verdict to impose
-    verdict = jnp.where(held, decision.verdict, _NONE_IMPOSED).astype(state.verdict.dtype)
+    imposed = decision.verdict.astype(state.verdict.dtype)
+    verdict = jnp.where(held, imposed, _NONE_IMPOSED).astype(state.verdict.dtype)
     return eqx.tree_at(lambda s: s.verdict, state, verdict)
 
 

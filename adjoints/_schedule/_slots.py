@@ -11,11 +11,12 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
+from .._decisions import record
 from .._keeping import emit_tick, store_state
 from .._lockstep import tree_where
 from .._loop import Write
 from .._packing import Rows
-from .._sweep import Kept, Run, SlotIndex, Tick, decision_tape, record_decision
+from .._sweep import Kept, Run, SlotIndex, Tick, decision_record
 
 # A schedule's rule: (tick, its state, slot table, active) -> (whether to store the state
 # before the tick, its slot, the table after any thinning, the schedule's new state).
@@ -29,7 +30,7 @@ def empty_slots(run: Run, slots: Rows, state: PyTree) -> Kept:
     """Nothing kept yet: `slots` (one row per slot and a scratch row), a free table, the
     schedule's first `state`."""
     table = jnp.full((slots[0].shape[0] - 1,), -1, jnp.int32)
-    return (state, run.init), (slots, table, decision_tape(run))
+    return (state, run.init), (slots, table, decision_record(run))
 
 
 def keep_before(
@@ -51,7 +52,7 @@ def keep_before(
 def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[Array, ""]) -> Kept:
     """Record the step-size decision of the tick from `before` to `after`."""
     small, (slots, table, decisions) = kept
-    decisions = record_decision(run.loop, decisions, before.k, before.carry, after.carry, active)
+    decisions = record(run.loop, decisions, before.k, before.carry, after.carry, active)
     return small, (slots, table, decisions)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
+from .. import _decisions
 from .._keeping import emit_tick, taped_step
 from .._lockstep import if_any, lockstep_while, tree_where
 from .._loop import Buffers, Write
@@ -47,13 +48,9 @@ from .._sweep import (
     Kept,
     Run,
     Tick,
-    decision_tape,
+    decision_record,
     get_state,
-    obey_decision,
     put_state,
-    record_decision,
-    recorded_decision,
-    replay_decision,
 )
 from .._ticks import Ticks, run_ticks
 from ._base import AbstractSchedule, Sizing
@@ -142,13 +139,21 @@ class Segments(AbstractSchedule):
     def empty(self, run: Run) -> Kept:
         rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
         tape = rows.empty(self._sized()[0] + 1)
-        return self.init(), (tape, run.packing.empty(self.slots + 1), decision_tape(run))
+        decisions = decision_record(run, self.planned_ticks)
+        return self.init(), (tape, run.packing.empty(self.slots + 1), decisions)
+
+    @property
+    def planned_ticks(self) -> int | None:
+        """The ticks this schedule recomputes at most once, where fewer than the bound:
+        with thinned starts, `length x starts` (None: every tick of the bound)."""
+        length = self._sized()[0]
+        return None if self.starts is None else length * self.starts
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
         stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
         rows = tape_rows(run.loop, run.params, run.diff, run.init)
         after, tape = taped_step(run, rows, at, tape, self._row(at, active), active)
-        decisions = record_decision(run.loop, decisions, at.k, at.carry, after.carry, active)
+        decisions = _decisions.record(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, (stride, (tape, states, decisions))
 
     def emit(
@@ -158,7 +163,7 @@ class Segments(AbstractSchedule):
         rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
         tape = rows.put_carry(tape, self._row(at, active), at.carry)
         after, writes = emit_tick(run, at, active)
-        decisions = record_decision(run.loop, decisions, at.k, at.carry, after.carry, active)
+        decisions = _decisions.record(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, writes, (stride, (tape, states, decisions))
 
     def thin(self, states: Rows, old: Int[Array, ""], new: Int[Array, ""]) -> Rows:
@@ -293,7 +298,7 @@ class _SegmentReversal(eqx.Module):
         row = jnp.where(active & (k >= first), k - first, length)
         tape = self.rows()[1].put_carry(large[0], row, carry)
         new, _ = loop.emit(self.run.params, carry)  # its writes were made by the first sweep
-        new = replay_decision(loop, recorded_decision(loop, self.kept[2], k), new)
+        new = _decisions.replay(loop, _decisions.recorded(loop, self.kept[2], k), new)
         return (k + active.astype(jnp.int32), tree_where(active, new, carry)), (tape, ())
 
     def retape_step(
@@ -303,8 +308,8 @@ class _SegmentReversal(eqx.Module):
         run, length = self.run, self.schedule._sized()[0]
         layout, taped_rows = self.rows()
         taping = active & (k >= first)
-        recorded = recorded_decision(run.loop, self.kept[2], k)
-        obeying = obey_decision(run.loop, recorded, carry)
+        recorded = _decisions.recorded(run.loop, self.kept[2], k)
+        obeying = _decisions.obey(run.loop, recorded, carry)
 
         def linearised() -> tuple[PyTree, tuple[Array, ...]]:
             new, linearisation = linearise(run.loop, run.params, run.diff, obeying)
@@ -317,5 +322,5 @@ class _SegmentReversal(eqx.Module):
         # kept states cover runs.
         new, taped = if_any(active, linearised, skip)
         tape = taped_rows.put_residuals(tape, jnp.where(taping, k - first, length), taped)
-        new = replay_decision(run.loop, recorded, new)
+        new = _decisions.replay(run.loop, recorded, new)
         return (k + active.astype(jnp.int32), tree_where(active, new, carry)), tape

@@ -1,0 +1,60 @@
+"""The record of step-size decisions a recomputing reverse sweep imposes: every tick's
+verdict (a bit), and the step ends of the ticks the schedule plans to recompute.
+
+Its memory follows the schedule's budget, not `max_steps`, and a solve longer than the
+planned ticks still differentiates the steps the forward sweep took."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+
+def _decay(t, y, args):
+    return -args * y + jnp.sin(3 * t)
+
+
+def _final_sum(p, adjoint, max_steps=4096, dtype=jnp.float64):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(_decay), ode.Tsit5(), 0.0, 3.0, 0.05, jnp.array([1.0, 2.0], dtype), p,
+        saveat=ode.SaveAt(ts=jnp.linspace(0.0, 3.0, 7, dtype=dtype)),
+        stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+        max_steps=max_steps, adjoint=adjoint,
+    )  # fmt: skip
+    return jnp.sum(sol.ys**2)
+
+
+def test_memory_grows_with_max_steps_by_a_bit_a_tick():
+    # A batch of 128 shares the budget too thinly to tape every step: the default tapes
+    # segments sized by the budget and thins the states kept before them, so what grows
+    # with the bound is only the verdicts, a bit a tick.
+    batch = 128
+    ps = jnp.linspace(1.0, 2.0, batch, dtype=jnp.float32)
+
+    def temp_bytes(max_steps: int) -> int:
+        loss = lambda p: _final_sum(p, ode.RecursiveCheckpointAdjoint(), max_steps, jnp.float32)
+        grad = jax.jit(jax.vmap(jax.grad(loss)))
+        return grad.lower(ps).compile().memory_analysis().temp_size_in_bytes
+
+    growth = temp_bytes(16384) - temp_bytes(4096)
+    bits = batch * (16384 - 4096) // 8
+    assert growth <= 1.1 * bits + 4096, (growth, bits)
+
+
+@pytest.mark.parametrize("batched", [False, pytest.param(True, marks=pytest.mark.matrix)])
+def test_a_solve_longer_than_the_planned_ticks_differentiates_its_own_steps(batched):
+    # Segments of 4 ticks and 2 kept states plan for 8 ticks; the solve takes about 40,
+    # so most ticks are recomputed with their verdict imposed and their step end made
+    # again.
+    segments = ode.RecursiveCheckpointAdjoint(schedule=ode.Segments(length=4, starts=2))
+    ps = jnp.array([1.5, 0.7])
+    grad = lambda adjoint: jax.grad(lambda p: _final_sum(p, adjoint))
+    if batched:
+        ours = jax.vmap(grad(segments))(ps)
+        direct = jax.vmap(grad(ode.DirectAdjoint()))(ps)
+    else:
+        ours = jnp.stack([grad(segments)(p) for p in ps])
+        direct = jnp.stack([grad(ode.DirectAdjoint())(p) for p in ps])
+    np.testing.assert_allclose(ours, direct, rtol=1e-10)
