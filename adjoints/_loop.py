@@ -123,7 +123,10 @@ class Loop(eqx.Module):
       numbers, so a recomputation compiled differently (one fused multiply-add more or
       less) would otherwise choose step sizes differing in the 9th digit, or in float32
       now and then reverse a verdict, and the gradient would be that of another
-      discretisation. None: the loop recomputes bit for bit (fixed steps).
+      discretisation. A decision's boolean leaves are what `obey` imposes (kept for
+      every tick, a bit each), its other leaves what `replay` imposes (kept for the
+      ticks a schedule plans to recompute; see `_decisions`). None: the loop recomputes
+      bit for bit (fixed steps).
     - `num_steps`: the exact number of steps when it is known at trace time (fixed step
       sizes with static times), else None; offline schedules need it.
     - `batch_size`: how many loops run together under `vmap` (see `_batching`): they run

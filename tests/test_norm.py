@@ -21,7 +21,7 @@ def textbook_rms(x) -> jax.Array:
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64])
-@pytest.mark.parametrize("shape", [(3,), (2, 5), (700,)])
+@pytest.mark.parametrize("shape", [(2, 5), (700,)])
 def test_rms_norm_is_the_root_mean_square(dtype, shape):
     x = jax.random.normal(jax.random.key(1), shape, dtype)
     rtol = 1e-6 if jnp.finfo(dtype).bits <= 32 else 1e-13

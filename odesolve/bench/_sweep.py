@@ -53,7 +53,7 @@ def w6_cases(batch: int, peers: dict, with_error: bool) -> list[Case]:
 
 def w10_cases(batch: int, peers: dict, with_error: bool) -> list[Case]:
     """W10's case at `batch` (its error is cheap at any size)."""
-    return _w10.cases(batch, peers)
+    return _w10.cases(batch, peers, same_method=False)
 
 
 SWEEPS: dict[str, Callable[[int, dict, bool], list[Case]]] = {"W6": w6_cases, "W10": w10_cases}

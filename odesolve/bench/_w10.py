@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _reference as reference
-from ._limit import RK4, fixed_step_solve
+from ._limit import RK4, fixed_step_solve, tableau_of
 from ._spec import Case, Entry, Target, Workload
 from ._workloads import _all_met, _cases, _limit_entry, _row, _with_each_api
 
@@ -24,6 +24,7 @@ T1 = 1.0
 # ensemble (up to 2^18 samples on a GPU) would take longer than the bench.
 REFERENCE_SAMPLES = 64
 LIMIT_ROW = "lax.scan RK4 (limit)"
+SAME_METHOD_ROW = "lax.scan Tsit5 (fixed steps)"
 
 
 def lorenz(t, y, rates):
@@ -65,11 +66,12 @@ def ensemble_solve(lib, rates, y0s):
     return jax.vmap(one)(rates, y0s)
 
 
-def _rk4_limit() -> Entry:
-    """RK4 over the whole batch at once, as many steps as odesolve's slowest sample."""
+def _fixed_step_entry(label: str, tableau: tuple) -> Entry:
+    """`tableau`'s fixed steps over the whole batch at once, as many as odesolve's
+    slowest sample took."""
     batched = jax.vmap(lorenz, in_axes=(None, 0, 0))
-    solve = lambda n: lambda rates, y0s: fixed_step_solve(batched, RK4, y0s, 0.0, T1, n, rates)
-    return _limit_entry(LIMIT_ROW, solve, RK4, "odesolve")
+    solve = lambda n: lambda rates, y0s: fixed_step_solve(batched, tableau, y0s, 0.0, T1, n, rates)
+    return _limit_entry(label, solve, tableau, "odesolve")
 
 
 def _error(batch: int):
@@ -81,10 +83,13 @@ def _error(batch: int):
     return lambda ys: reference.max_abs_error(ys[:count, -1], ref)
 
 
-def cases(batch: int, peers: dict) -> list[Case]:
-    """W10's one case at `batch` samples: odesolve, Diffrax and the RK4 limit."""
+def cases(batch: int, peers: dict, same_method: bool = True) -> list[Case]:
+    """W10's one case at `batch` samples: odesolve, Diffrax, the RK4 limit and (unless
+    `same_method` is False, as in a GPU's scaling sweep) Tsit5's fixed steps."""
     entries = _with_each_api(peers, lambda lib: functools.partial(ensemble_solve, lib))
-    entries.append(_rk4_limit())
+    entries.append(_fixed_step_entry(LIMIT_ROW, RK4))
+    if same_method:  # the same method without adaptivity: its stages' cost alone
+        entries.append(_fixed_step_entry(SAME_METHOD_ROW, tableau_of(peers["odesolve"].Tsit5)))
     label, error = f"W10 B={batch}", _error(batch)
     return [Case("W10", label, ensemble(batch), tuple(entries), error, "max |y(t1) - ref|", batch)]
 
