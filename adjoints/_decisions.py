@@ -16,6 +16,7 @@ bits of 4,096 ticks take 512 bytes a sample.
 """
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -145,21 +146,28 @@ def recorded(loop: Loop, decisions: Record | None, k: Int[Array, ""]) -> Recorde
     return merged, k + 1 < decisions.verdict_rows, k + 1 < decisions.value_rows
 
 
-def obey(loop: Loop, held: Recorded, carry: PyTree) -> PyTree:
+def obey(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
     """The carry before recomputing a tick, made to take the forward sweep's verdict
     where the record holds it."""
-    if held is None:
-        return carry
-    assert loop.obey is not None  # a loop that records decisions imposes them
-    decision, verdicts_held, _ = held
-    return loop.obey(carry, decision, verdicts_held)
+    return _impose(loop.obey, recorded, carry, 0)
 
 
-def replay(loop: Loop, held: Recorded, carry: PyTree) -> PyTree:
+def replay(loop: Loop, recorded: Recorded, carry: PyTree) -> PyTree:
     """The carry after recomputing a tick, with the forward sweep's step size put back
     where the record holds it."""
-    if held is None:
+    return _impose(loop.replay, recorded, carry, 1)
+
+
+def _impose(
+    hook: Callable[[PyTree, PyTree, Bool[Array, ""]], PyTree] | None,
+    recorded: Recorded,
+    carry: PyTree,
+    part: int,
+) -> PyTree:
+    """`hook(carry, decision, held)`, `held` saying whether the record holds the
+    decision's verdicts (`part` 0) or its values (1)."""
+    if recorded is None:
         return carry
-    assert loop.replay is not None  # a loop that records decisions imposes them
-    decision, _, values_held = held
-    return loop.replay(carry, decision, values_held)
+    assert hook is not None  # a loop that records decisions imposes them
+    decision, *held = recorded
+    return hook(carry, decision, held[part])

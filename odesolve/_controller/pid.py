@@ -41,7 +41,7 @@ def _is_zero(x: object) -> bool:
 
 
 def _power(base: Float[Array, ""], exponent: ArrayLike) -> Float[Array, ""]:
-    """`base ** exponent` for a base in (0, inf], as exp(exponent log base): XLA's general
+    """`base ** exponent` for a base in [0, inf], as exp(exponent log base): XLA's general
     power (which also handles negative bases) took 4x as long on CPU, a sixth of a small
     ensemble's step (benchmarks/README.md, W10)."""
     return jnp.exp(exponent * jnp.log(base))
