@@ -619,18 +619,19 @@ def test_a_discrete_terminating_event_is_a_boolean_event():
         )  # fmt: skip
 
 
-def test_rejected_steps_are_stored_and_landed_on():
+def _solve_storing_rejected(store, a=50.0, adjoint=ode.RecursiveCheckpointAdjoint()):
     field = ode.ODETerm(lambda t, y, a: -a * (y - jnp.cos(t)))
+    controller = ode.ClipStepSizeController(
+        ode.PIDController(rtol=1e-6, atol=1e-6), store_rejected_steps=store
+    )
+    return ode.diffeqsolve(
+        field, ode.Tsit5(), 0.0, 3.0, 1.0, 0.0, a, stepsize_controller=controller,
+        saveat=ode.SaveAt(steps=True), adjoint=adjoint, throw=False, max_steps=512,
+    )  # fmt: skip
 
-    def solve(store, a=50.0, adjoint=ode.RecursiveCheckpointAdjoint()):
-        controller = ode.ClipStepSizeController(
-            ode.PIDController(rtol=1e-6, atol=1e-6), store_rejected_steps=store
-        )
-        return ode.diffeqsolve(
-            field, ode.Tsit5(), 0.0, 3.0, 1.0, 0.0, a, stepsize_controller=controller,
-            saveat=ode.SaveAt(steps=True), adjoint=adjoint, throw=False, max_steps=512,
-        )  # fmt: skip
 
+def test_rejected_steps_are_stored_and_landed_on():
+    solve = _solve_storing_rejected
     plain, stored = solve(None), solve(100)
     assert stored.result == ode.RESULTS.successful
     last = lambda sol: sol.ys[sol.stats["num_accepted_steps"] - 1]
@@ -638,10 +639,16 @@ def test_rejected_steps_are_stored_and_landed_on():
     # The first step (dt0 = 1) is rejected: a later step ends exactly where it would have.
     assert np.any(stored.ts == 1.0) and not np.any(plain.ts == 1.0)
     assert solve(3).result == ode.RESULTS.too_many_rejected_steps
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="store_rejected_steps"):
+            ode.ClipStepSizeController(PID, store_rejected_steps=bad)
 
+
+@pytest.mark.matrix
+def test_gradients_through_stored_rejected_steps():
     # Gradients through the stored times, as the direct adjoint's.
     def loss(a, adjoint):
-        ys = solve(100, a, adjoint).ys
+        ys = _solve_storing_rejected(100, a, adjoint).ys
         return jnp.sum(jnp.where(jnp.isfinite(ys), ys, 0.0))
 
     # Each adjoint differentiates the solve its own compiled program takes. On this stiff
@@ -655,9 +662,6 @@ def test_rejected_steps_are_stored_and_landed_on():
         jax.grad(loss)(50.0, ode.DirectAdjoint()),
         rtol=1e-6,
     )
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match="store_rejected_steps"):
-            ode.ClipStepSizeController(PID, store_rejected_steps=bad)
 
 
 def test_paths_and_control_terms_are_generic_as_in_diffrax():
