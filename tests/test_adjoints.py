@@ -788,12 +788,16 @@ def test_a_memory_budget_bounds_a_known_step_count_gradient():
 )
 def test_each_checkpoint_is_stored_once(controller):
     """An extra checkpoint costs what an extra taped state costs: one stored carry. (A
-    `cond` around a sweep that writes to the slots used to make XLA copy them.)"""
+    `cond` around a sweep that writes to the slots used to make XLA copy them: twice
+    that.) An adaptive step's carry is larger than a fixed step's by its controller's
+    state (where the next step ends, its verdict, the accepted steps): 181 bytes here
+    against the fixed-step state's 128."""
     tape = ode.RecursiveCheckpointAdjoint()  # 2000 states fit the default budget
     per_state = (temp_bytes(2_000, tape) - temp_bytes(1_000, tape)) / 1_000
     few, many = (ode.RecursiveCheckpointAdjoint(checkpoints=c) for c in (40, 80))
     per_checkpoint = (temp_bytes(1_000, many, controller) - temp_bytes(1_000, few, controller)) / 40
-    assert per_checkpoint < 1.25 * per_state, (per_checkpoint, per_state)
+    larger_carry = 1.0 if controller is None else 1.45
+    assert per_checkpoint < 1.25 * larger_carry * per_state, (per_checkpoint, per_state)
 
 
 # --------------------------------------------------------------- errors
