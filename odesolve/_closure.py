@@ -114,12 +114,19 @@ def _key(fn: Callable, example_args: tuple) -> Hashable | None:
     arguments, count by shape and dtype only, traced or not: the trace takes them as its
     inputs, so an eager `grad` or `vmap` around the solve finds the trace kept by its
     last call, and the solve's `jit` finds its compiled program."""
-    key = (shape_record(fn), shape_record(example_args))
+    key = (shape_record(fn), shape_record(example_args), _weak_types((fn, example_args)))
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _weak_types(tree: PyTree) -> tuple[bool, ...]:
+    """Which array leaves are weakly typed. A trace made for a weak input (a Python
+    number made an array) holds a conversion that one made for a strong input does not,
+    so its step's linearisation has another residual: the two are kept apart."""
+    return tuple(bool(jax.typeof(x).weak_type) for x in jtu.tree_leaves(tree) if eqx.is_array(x))
 
 
 def trace_once(fn: Callable, *example_args: PyTree) -> TracedFunction:

@@ -87,9 +87,13 @@ def test_a_loop_over_end_times_compiles_at_most_twice():
     # does not compile once per value.
     term = ode.ODETerm(lambda t, y, args: -y)
     pid = ode.PIDController(rtol=1e-6, atol=1e-6)
-    solve = lambda t1: lambda: ode.diffeqsolve(
-        term, ode.Tsit5(), 0.0, t1, 0.1, jnp.ones(2), stepsize_controller=pid
-    ).ys
+    solve = lambda t1: (
+        lambda: (
+            ode.diffeqsolve(
+                term, ode.Tsit5(), 0.0, t1, 0.1, jnp.ones(2), stepsize_controller=pid
+            ).ys
+        )
+    )
     t1s = [1.0, 1.5, 2.0, 2.5, 3.0]
     compiles = _compile_events([solve(t1) for t1 in t1s])
     assert compiles[2:] == [[], [], []], compiles
@@ -99,9 +103,9 @@ def test_a_loop_over_end_times_compiles_at_most_twice():
 
 def test_save_times_are_checked_on_every_cached_call():
     term = ode.ODETerm(lambda t, y, args: -y)
-    solve = lambda ts: ode.diffeqsolve(
-        term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)
-    ).ys
+    solve = lambda ts: (
+        ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)).ys
+    )
     good = jnp.linspace(0.0, 1.0, 4)
     for _ in range(2):
         np.testing.assert_allclose(solve(good)[:, 0], np.exp(-good), rtol=1e-5)
@@ -121,9 +125,9 @@ def test_save_times_traced_inside_jit_are_not_kept():
     # save times must not hold on to the tracer.
     term = ode.ODETerm(lambda t, y, args: -y)
     ts = jnp.linspace(0.0, 1.0, 4)
-    solve = lambda ts: ode.diffeqsolve(
-        term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)
-    ).ys
+    solve = lambda ts: (
+        ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), saveat=ode.SaveAt(ts=ts)).ys
+    )
     with jax.checking_leaks():
         ys = jax.jit(solve)(ts)
     np.testing.assert_allclose(ys[:, 0], np.exp(-ts), rtol=1e-5)
@@ -184,14 +188,17 @@ def test_eager_and_jitted_orders_compile_once_and_agree_with_the_exact_derivativ
     orders = {
         "grad(vmap)": lambda r, y: (jax.grad(summed)(r, y), -y * jnp.exp(-r)),
         "vmap(grad) shared": lambda r, y: (
-            jax.vmap(jax.grad(loss), in_axes=(None, 0))(r[0], y), -y * jnp.exp(-r[0])
+            jax.vmap(jax.grad(loss), in_axes=(None, 0))(r[0], y),
+            -y * jnp.exp(-r[0]),
         ),
         "vmap(grad) batched": lambda r, y: (jax.vmap(jax.grad(loss))(r, y), -y * jnp.exp(-r)),
         "vmap(vmap)": lambda r, y: (
-            jax.vmap(jax.vmap(loss))(r.reshape(3, 1), y.reshape(3, 1)).ravel(), y * jnp.exp(-r)
+            jax.vmap(jax.vmap(loss))(r.reshape(3, 1), y.reshape(3, 1)).ravel(),
+            y * jnp.exp(-r),
         ),
         "jacrev": lambda r, y: (
-            jnp.diag(jax.jacrev(lambda rs: jax.vmap(loss)(rs, y))(r)), -y * jnp.exp(-r)
+            jnp.diag(jax.jacrev(lambda rs: jax.vmap(loss)(rs, y))(r)),
+            -y * jnp.exp(-r),
         ),
         "jit(jvp)": lambda r, y: (_jitted_jvp(forward, r[0], y[0]), -y[0] * jnp.exp(-r[0])),
     }
@@ -208,3 +215,27 @@ def test_eager_and_jitted_orders_compile_once_and_agree_with_the_exact_derivativ
 @functools.partial(jax.jit, static_argnums=0)
 def _jitted_jvp(loss, rate, y0):
     return jax.jvp(lambda r: loss(r, y0), (rate,), (jnp.ones(()),))[1]
+
+
+def _heun_final_sum(rate):
+    sol = ode.diffeqsolve(
+        ode.ODETerm(_decay_by_cosine), ode.Heun(), 0.0, 4.0, 0.05, jnp.array([1.0, 0.5]), rate,
+        stepsize_controller=ode.PIDController(rtol=1e-5, atol=1e-5),
+        saveat=ode.SaveAt(ts=jnp.array([1.0, 2.5, 4.0])),
+    )  # fmt: skip
+    return jnp.sum(sol.ys**2)
+
+
+def _decay_by_cosine(t, y, args):
+    return y * jnp.cos(t) * args
+
+
+def test_a_weak_typed_call_then_a_batched_gradient_of_the_same_field():
+    # The field's trace is kept by its inputs' shapes: one made for a weakly typed rate
+    # (`jnp.asarray(0.8)`) holds a conversion that a strong rate's does not, and reused
+    # under `vmap(grad)` it gave the step a residual its layout lacked (a trace error).
+    jax.grad(_heun_final_sum)(jnp.asarray(0.8))
+    rates = jnp.array([0.5, 0.8])
+    batched = jax.vmap(jax.grad(_heun_final_sum))(rates)
+    one_by_one = jnp.stack([jax.grad(_heun_final_sum)(r) for r in rates])
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-10)
