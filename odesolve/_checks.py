@@ -32,10 +32,21 @@ def is_boolean_scalar(x: Any) -> bool:
     return jnp.result_type(x) == jnp.bool_ and jnp.ndim(x) == 0
 
 
+def _dtype_of(ts: Any) -> Any:
+    """The dtype of times: a list as NumPy reads it (strings stay strings), an array's."""
+    return np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+
+
 def is_real(ts: Any) -> bool:
-    """Whether times (a list, read as NumPy reads it, or an array) are real numbers."""
-    dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+    """Whether times (a list or an array) are real numbers."""
+    dtype = _dtype_of(ts)
     return bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+
+
+def check_real_times(given: str, ts: Any) -> None:
+    """Times are real numbers; `given` names the argument, e.g. "SaveAt(ts=...)"."""
+    if not is_real(ts):
+        raise TypeError(f"{given}: pass real times, got dtype {_dtype_of(ts)}.")
 
 
 def check_tolerance(owner: str, name: str, value: Any) -> None:

@@ -4,12 +4,11 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._checks import is_real
+from ._checks import check_real_times
 from ._flat import PyTree, RealScalarLike
 
 
@@ -26,9 +25,7 @@ def _check_ts(ts: ArrayLike | None, owner: str) -> None:
         raise ValueError(
             f"{owner}(ts=...) must be a non-empty 1-D array of times, got shape {shape}."
         )
-    if not is_real(ts):
-        dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
-        raise TypeError(f"{owner}(ts=...): pass real times, got dtype {dtype}.")
+    check_real_times(f"{owner}(ts=...)", ts)
 
 
 def _check_fn(fn: Callable, owner: str) -> None:

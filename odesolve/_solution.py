@@ -10,6 +10,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Float, Int, Real
 
 from . import _interpolation
+from ._checks import is_real
 from ._flat import FlatSpec, RealScalarLike
 from ._results import RESULTS, Result
 from ._time import as_time
@@ -172,10 +173,7 @@ def _check_times(owner: str, **times: Any) -> None:
     for name, t in times.items():
         if t is None:
             continue
-        real = eqx.is_array_like(t) and not isinstance(t, (str, bytes))
-        if real:
-            dtype = jnp.result_type(t)
-            real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        real = eqx.is_array_like(t) and not isinstance(t, (str, bytes)) and is_real(t)
         if not real or jnp.ndim(t) > 1:
             raise TypeError(f"{owner}({name}={t!r}): pass a real time, or a 1-D array of times.")
 

@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float
 
 from adjoints import trace_time_value
 
-from .._checks import is_real
+from .._checks import check_real_times
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import Result
 from .._solver._base import Field
@@ -48,9 +48,7 @@ def check_step_times(owner: str, name: str, ts: Any) -> None:
     shape = np.shape(ts)  # a list too, which `jnp.shape` would refuse
     if len(shape) != 1:
         raise ValueError(f"{owner}({name}=...): pass a 1-D array of times, got shape {shape}.")
-    if not is_real(ts):
-        dtype = np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
-        raise TypeError(f"{owner}({name}=...): pass real times, got dtype {dtype}.")
+    check_real_times(f"{owner}({name}=...)", ts)
     value = trace_time_value(ts)
     if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
         i = int(np.argmax(~np.isfinite(np.asarray(value, dtype=float))))
