@@ -6,6 +6,7 @@ Each feature keeps its own part of the carry: saving (`_saving.SaveState`), even
 (`_event.EventState`), the solver's and the controller's states.
 """
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -35,9 +36,10 @@ class State(eqx.Module):
     - `row`: (t0, y0, dense vectors) of the last step, its interpolant, ending at `t`
       (None when no output or event reads it).
     - `saving`, `event`, `meter_last`: each feature's part (None when it is off).
-    - `verdict`: the verdict a reverse sweep that recomputes the next step imposes on it
-      (see `Decision`): 1 accept, 0 reject, -1 none (the controller's); None for fixed
-      steps.
+    - `verdict`: the verdict a reverse sweep that recomputes the next tick imposes on it
+      (see `Decision`): 1 accept, 0 reject, -1 none (the controller's). None in a first
+      run: `obey` sets it for one tick, which drops it, so a solve that recomputes
+      nothing carries and tests nothing for it.
     """
 
     t: Any
@@ -97,10 +99,8 @@ class Decision(eqx.Module):
 def obey(state: "State", decision: Decision, held: Bool[Array, ""]) -> "State":
     """`state`, whose next step takes the verdict of `decision` where `held` (else its
     controller's)."""
-    assert state.verdict is not None  # a loop with decisions has a verdict to impose
-    imposed = decision.verdict.astype(state.verdict.dtype)
-    verdict = jnp.where(held, imposed, _NONE_IMPOSED).astype(state.verdict.dtype)
-    return eqx.tree_at(lambda s: s.verdict, state, verdict)
+    verdict = jnp.where(held, decision.verdict.astype(jnp.int8), jnp.int8(_NONE_IMPOSED))
+    return dataclasses.replace(state, verdict=verdict)
 
 
 def replay(state: "State", decision: Decision, held: Bool[Array, ""]) -> "State":
@@ -176,7 +176,7 @@ def initial_state(
         saving=_saving.initial_state(config.saving, params.save_ts),
         event=event,
         meter_last=meter_last,
-        verdict=jnp.full((), _NONE_IMPOSED, jnp.int8) if config.needs_error else None,
+        verdict=None,
     )
 
 
@@ -268,7 +268,7 @@ def step(config: Config, params: Params, state: State) -> State:
         saving=_saving.after_step(config.saving, state.saving, accept, num_accepted),
         event=event,
         meter_last=_report_progress(config, params, state, t_new),
-        verdict=None if state.verdict is None else jnp.full_like(state.verdict, _NONE_IMPOSED),
+        verdict=None,
     )
 
 
@@ -310,6 +310,7 @@ def pending(state: State) -> Bool[Array, ""]:
 
 def emit(config: Config, params: Params, state: State) -> tuple[State, tuple[Write, ...]]:
     """Record one piece of due output (see `adjoints.Loop`)."""
+    state = dataclasses.replace(state, verdict=None)  # an imposed verdict is for a step
     if not config.saving.records:
         return state, ()
     now = _saving.Moment(

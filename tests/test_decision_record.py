@@ -5,6 +5,7 @@ Its memory follows the schedule's budget, not `max_steps`, and a solve longer th
 planned ticks still differentiates the steps the forward sweep took."""
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -59,3 +60,24 @@ def test_a_solve_longer_than_the_planned_ticks_differentiates_its_own_steps(batc
         ours = jnp.stack([grad(segments)(p) for p in ps])
         direct = jnp.stack([grad(ode.DirectAdjoint())(p) for p in ps])
     np.testing.assert_allclose(ours, direct, rtol=1e-10)
+
+
+def _while_carries(jaxpr) -> list[list]:
+    """The carried values' types of every while loop in `jaxpr`, nested ones included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            found.append([v.aval for v in eqn.outvars])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _while_carries(sub)
+    return found
+
+
+def test_a_solve_that_recomputes_nothing_carries_no_imposed_verdict():
+    # A verdict is imposed only on a tick a reverse sweep recomputes; a forward solve
+    # carried and tested one every step, for a tenth of a small solve's time.
+    solve = lambda p: _final_sum(p, ode.RecursiveCheckpointAdjoint())
+    carries = _while_carries(jax.make_jaxpr(solve)(jnp.float64(0.5)).jaxpr)
+    assert carries, "the solve's loop was not found"
+    for carry in carries:
+        assert not [a for a in carry if a.dtype == jnp.int8 and a.shape == ()], carry
