@@ -294,5 +294,5 @@ W2s: Workload = Workload(
     "(a, b, c, d)",
     sizes=dict(smoke=None, quick=None, full=None),
     cases=spelling_cases,
-    target=Target("<= 0.25 for every spelling", _ratio_at_most(0.25), 0.25),
+    target=Target("<= 0.2 for every spelling", _ratio_at_most(0.2), 0.2),
 )
