@@ -70,11 +70,22 @@ def lockstep_while(
     return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
-def if_any(active: Bool[ArrayLike, ""], fn: Callable[[], T], otherwise: Callable[[], T]) -> T:
+def if_any(
+    active: Bool[ArrayLike, ""],
+    fn: Callable[[], T],
+    otherwise: Callable[[], T],
+    some_active: bool = False,
+) -> T:
     """`fn()` where `active`, else `otherwise()`, for a batched `active` under `vmap`:
     `fn` runs only when some sample is active. Each round of a lockstep loop ends with a
     step; the last round, which only emits, would otherwise pay for a whole step (a
-    quarter more field evaluations for a solve of four steps)."""
+    quarter more field evaluations for a solve of four steps).
+
+    `some_active=True`: the caller knows some sample is active (see
+    `Loop.steps_every_round`), so `fn()` runs with no branch; a branch's predicate is
+    reduced over the batch every round, and a GPU reads it back to the host."""
+    if some_active:
+        return fn()
     return lax.cond(eqxi.unvmap_any(active), fn, otherwise)
 
 
@@ -83,11 +94,13 @@ def tree_where(active: Bool[ArrayLike, ""], new: T, old: T) -> T:
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
-def where_any(active: Bool[ArrayLike, ""], fn: Callable[[], T], old: T) -> T:
+def where_any(
+    active: Bool[ArrayLike, ""], fn: Callable[[], T], old: T, some_active: bool = False
+) -> T:
     """`fn()` where `active`, else `old`; under `vmap`, `fn` runs only when some sample is
     active (see `if_any`).
 
     The select sits inside the branch, where XLA fuses it into the kernels that make
     `fn()`'s leaves, rather than one independent kernel per leaf outside it (see W6 in
     benchmarks/README.md for what those cost on XLA:CPU)."""
-    return if_any(active, lambda: tree_where(active, fn(), old), lambda: old)
+    return if_any(active, lambda: tree_where(active, fn(), old), lambda: old, some_active)

@@ -175,6 +175,12 @@ class Loop(eqx.Module):
     writes_once: bool = eqx.field(static=True, default=False)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
+    @property
+    def steps_every_round(self) -> bool:
+        """Whether every round of a lockstep sweep steps some sample: with no emits, a
+        round runs only while some sample is going, and its tick is a step."""
+        return self.max_emits == 0
+
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:
         return self.cond(params, carry) | self.pending(carry)
 
@@ -232,7 +238,8 @@ def run_plain(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Pla
     def step(carry: PyTree, stored: tuple[()], active: Bool[Array, ""]) -> tuple[PyTree, tuple[()]]:
         if not batched:  # the inner loop runs only active steps
             return loop.body(params, carry), stored
-        return where_any(active, lambda: loop.body(params, carry), carry), stored
+        step = lambda: loop.body(params, carry)
+        return where_any(active, step, carry, loop.steps_every_round), stored
 
     def emit(
         carry: PyTree, large: tuple[tuple[()], Buffers], active: Bool[Array, ""]

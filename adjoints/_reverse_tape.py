@@ -172,7 +172,8 @@ class _TapeReversal(eqx.Module):
             # `vmap`, a batch of weight-sized arrays) is then written once per step.
             return tree_where(stepping, dc, ct_carry), add(ct_params, where_or_zero(stepping, dp))
 
-        ct_carry, ct_params = if_any(stepping, vjp, lambda: (ct_carry, ct_params))
+        every = self.run.loop.steps_every_round
+        ct_carry, ct_params = if_any(stepping, vjp, lambda: (ct_carry, ct_params), every)
         return (k - stepping.astype(jnp.int32), ct_carry), ct_params
 
     def live_leaves(self) -> tuple[bool, ...]:

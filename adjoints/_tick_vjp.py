@@ -98,7 +98,8 @@ def batched_tick_vjp(
         dp, dc = transposed(lin, params_f, carry_f)(ct_next)
         return tree_where(stepping, dc, ct_next), accumulate(stepping, ct_params, dp, params_f)
 
-    ct_carry, ct_params = if_any(stepping, step_vjp, lambda: (ct_next, ct_params))
+    every = loop.steps_every_round
+    ct_carry, ct_params = if_any(stepping, step_vjp, lambda: (ct_next, ct_params), every)
     if loop.max_emits == 0:
         return ct_params, ct_carry, ct_buffers
     emit = emit_fn(loop, params_s, carry_s)

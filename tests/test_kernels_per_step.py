@@ -120,3 +120,25 @@ def test_no_host_callback_in_the_loop_unless_a_progress_meter():
     assert metered is not None and metered["callbacks"] > 0
     theirs = _kernels.count(_decay_solve(diffrax), y0s)
     assert theirs is not None and theirs["callbacks"] == 0 and theirs["per_step"] > 0
+
+
+def test_a_batched_solve_without_output_between_steps_has_one_predicate_a_step():
+    """With no save times, every lockstep round steps some sample: the loop's condition
+    is the only predicate a step evaluates (a GPU reads each back to the host). A solve
+    with save times keeps the branch that skips a step in a round that only emits."""
+
+    def solve(saveat):
+        def one(y0):
+            term = ode.ODETerm(lambda t, y, args: -args * y)
+            controller = ode.PIDController(rtol=1e-5, atol=1e-5)
+            options = dict(saveat=saveat, stepsize_controller=controller)
+            return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, y0, 2.0, **options).ys
+
+        return jax.vmap(one)
+
+    y0s = jnp.ones((4, 2), jnp.float32)
+    final = _kernels.count(solve(ode.SaveAt(t1=True)), y0s)
+    assert final is not None and final["predicates_per_step"] == 1
+    ts = ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
+    saved = _kernels.count(solve(ts), y0s)
+    assert saved is not None and saved["predicates_per_step"] > 1
