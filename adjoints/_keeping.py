@@ -21,8 +21,7 @@ from ._sweep import Run, SlotIndex, Tick, put_state
 def bare_step(run: Run, at: Tick, active: Bool[Array, ""]) -> Tick:
     """One step that keeps nothing; batched, it runs only when some sample steps."""
     step = lambda: run.loop.body(run.params, at.carry)
-    every = run.loop.steps_every_round
-    new = if_any(active, step, lambda: at.carry, every) if run.batched else step()
+    new = run.loop.if_stepping(active, step, lambda: at.carry) if run.batched else step()
     return at.after(new, active)
 
 
@@ -55,7 +54,7 @@ def taped_step(
     if run.batched:
         skip = lambda: (carry, taped_rows.zero_residuals())
         if keep is True:  # no plain step to compile
-            new, taped = if_any(active, linearised, skip, loop.steps_every_round)
+            new, taped = loop.if_stepping(active, linearised, skip)
         else:
             other = lambda: if_any(active, plain, skip)
             new, taped = if_any(active & keep, linearised, other)

@@ -21,7 +21,7 @@ output bookkeeping on every step.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -29,10 +29,12 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
-from ._lockstep import tree_where, where_any
+from ._lockstep import if_any, tree_where, where_any
 from ._packing import is_float
 from ._rows import write_row
 from ._ticks import Ticks, run_ticks
+
+T = TypeVar("T")  # a PyTree
 
 
 class Write(eqx.Module):
@@ -180,6 +182,13 @@ class Loop(eqx.Module):
         """Whether every round of a lockstep sweep steps some sample: with no emits, a
         round runs only while some sample is going, and its tick is a step."""
         return self.max_emits == 0
+
+    def if_stepping(
+        self, stepping: Bool[Array, ""], fn: Callable[[], T], otherwise: Callable[[], T]
+    ) -> T:
+        """A lockstep round's step: `fn()` where `stepping`, else `otherwise()` (see
+        `if_any`), with no branch when every round steps some sample."""
+        return if_any(stepping, fn, otherwise, self.steps_every_round)
 
     def going(self, params: PyTree, carry: PyTree) -> Bool[Array, ""]:
         return self.cond(params, carry) | self.pending(carry)

@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
-from ._lockstep import if_any, lockstep_while, tree_where
+from ._lockstep import lockstep_while, tree_where
 from ._loop import Buffers
 from ._packing import Rows
 from ._residuals import Layout, TapeRows
@@ -172,8 +172,8 @@ class _TapeReversal(eqx.Module):
             # `vmap`, a batch of weight-sized arrays) is then written once per step.
             return tree_where(stepping, dc, ct_carry), add(ct_params, where_or_zero(stepping, dp))
 
-        every = self.run.loop.steps_every_round
-        ct_carry, ct_params = if_any(stepping, vjp, lambda: (ct_carry, ct_params), every)
+        kept = lambda: (ct_carry, ct_params)
+        ct_carry, ct_params = self.run.loop.if_stepping(stepping, vjp, kept)
         return (k - stepping.astype(jnp.int32), ct_carry), ct_params
 
     def live_leaves(self) -> tuple[bool, ...]:

@@ -15,7 +15,7 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
-from ._lockstep import if_any, tree_where
+from ._lockstep import tree_where
 from ._loop import Buffers, Loop, Write, scratch_row
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
@@ -98,8 +98,7 @@ def batched_tick_vjp(
         dp, dc = transposed(lin, params_f, carry_f)(ct_next)
         return tree_where(stepping, dc, ct_next), accumulate(stepping, ct_params, dp, params_f)
 
-    every = loop.steps_every_round
-    ct_carry, ct_params = if_any(stepping, step_vjp, lambda: (ct_next, ct_params), every)
+    ct_carry, ct_params = loop.if_stepping(stepping, step_vjp, lambda: (ct_next, ct_params))
     if loop.max_emits == 0:
         return ct_params, ct_carry, ct_buffers
     emit = emit_fn(loop, params_s, carry_s)
