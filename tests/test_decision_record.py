@@ -27,6 +27,7 @@ def _final_sum(p, adjoint, max_steps=4096, dtype=jnp.float64, solver=ode.Tsit5()
     return jnp.sum(sol.ys**2)
 
 
+@pytest.mark.matrix  # two compilations of a batched gradient: 16 s of the suite
 def test_memory_grows_with_max_steps_by_a_bit_a_tick():
     # A batch of 128 shares the budget too thinly to tape every step: the default tapes
     # segments sized by the budget and thins the states kept before them, so what grows

@@ -37,6 +37,7 @@ def run_quick(name: str, tmp_path) -> dict:
     return result
 
 
+@pytest.mark.matrix  # docs/training.md trains a neural ODE in the suite
 def test_neural_ode_fits_the_spiral(tmp_path):
     pytest.importorskip("optax")
     result = run_quick("neural_ode", tmp_path)
@@ -57,7 +58,7 @@ def test_parameter_inference_recovers_lotka_volterra(tmp_path):
     assert result["final_loss"] < 1.5 * result["noise_variance"]
 
 
-@pytest.mark.matrix  # the neural-ODE example trains in the suite
+@pytest.mark.matrix
 def test_training_loop_classifies_the_rings(tmp_path):
     pytest.importorskip("optax")
     result = run_quick("training_loop", tmp_path)
