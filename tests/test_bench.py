@@ -51,6 +51,7 @@ ROW_FIELDS = {
     "solves_per_s",
     "batch",
     "kernels_per_step",
+    "inner_loops_per_step",
 }
 META_FIELDS = {"date", "machine", "cpu_count", "backend", "device", "versions", "mode"}
 

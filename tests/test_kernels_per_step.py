@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 import odesolve as ode
-from odesolve.bench import _kernels
+from odesolve.bench import _kernels, _report
 
 # A step loop around a 3-stage loop of known trip count and a search loop of unknown trip
 # count, inside a save loop; one conditional with a host callback in a branch.
@@ -88,7 +88,21 @@ def test_kernels_per_iteration_of_each_loop():
     assert (steps.body, steps.condition) == (Cost(11, 1, 2), Cost(1, 0, 1))
     assert saves.per_iteration == Cost(3, 0, 2) and search.per_iteration == Cost(2, 0, 1)
     assert [found[n].depth for n in ("saves", "steps", "search")] == [0, 1, 2]
+    # The search loop's kernels are launched at each of its iterations, unknown here: the
+    # step loop's count leaves them out, and says so.
+    assert [found[n].inner for n in ("saves", "steps", "search")] == [2, 1, 0]
     assert _kernels.step_loop(list(found.values())) == steps
+
+
+def test_a_count_that_leaves_out_loops_inside_the_step_is_marked_as_a_lower_bound():
+    """Diffrax runs its stages in a loop of unknown trip count inside the step loop under
+    `vmap`; the table marks its count (and any other such) with a `+` and says why."""
+    row = dict(case="W10", library="diffrax", kernels_per_step=33, inner_loops_per_step=1)
+    ours = dict(row, library="odesolve", kernels_per_step=27, inner_loops_per_step=0)
+    none = dict(row, library="scan", kernels_per_step=None, inner_loops_per_step=None)
+    cells = [_report._inner_mark(r) for r in (row, ours, none)]
+    assert cells == ["+", "", ""]
+    assert _report.INNER_NOTE.startswith("+ at least")
 
 
 def _decay_solve(lib, meter=None):

@@ -178,9 +178,7 @@ def info_stage(run: Run, peers: dict, peer_notes: list[str]) -> None:
     say(f"jax {versions['jax']}, jaxlib {versions['jaxlib']}, {versions['cuda_packages']}")
     print(jax.print_environment_info(return_string=True), flush=True)
     meta = metadata(run.plan.mode, run.plan.repeats, peers)
-    plan = dict(
-        stages=run.plan.stages, sweep_sizes=run.plan.sweep_sizes, repeats=run.plan.repeats
-    )
+    plan = dict(stages=run.plan.stages, sweep_sizes=run.plan.sweep_sizes, repeats=run.plan.repeats)
     meta.update(versions, dry_run=run.dry, budget_s=round(run.end - run.start), plan=plan)
     say("peers found: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     for note in peer_notes:
@@ -277,11 +275,16 @@ def _stage(run: Run, name: str, action) -> None:
 
 
 def _per_step(rows: list[dict]) -> dict:
-    """{case: {library: [kernels, predicates] per step}} for the compiled rows that loop."""
+    """{case: {library: [kernels, predicates, inner loops] per step}} for the compiled
+    rows that loop (see `_kernels.kernel_counts`)."""
     found: dict = {}
     for row in rows:
         if row.get("kernels_per_step") is not None:
-            counts = [row["kernels_per_step"], row.get("predicates_per_step")]
+            counts = [
+                row["kernels_per_step"],
+                row.get("predicates_per_step"),
+                row.get("inner_loops_per_step"),
+            ]
             found.setdefault(row["case"], {})[row["library"]] = counts
     return found
 

@@ -80,12 +80,17 @@ class Loop:
     - `body`, `condition`: what one iteration of its body, and one evaluation of its
       condition, launch (known-trip loops inside expanded).
     - `depth`: how many such loops enclose it (0: at the top of the program).
+    - `inner`: how many such loops it encloses, at any depth. Their kernels are launched
+      at each of their iterations, which the text does not tell: counted per iteration
+      of this loop, they are left out (Diffrax's stage loop runs six or seven times a
+      step), so its count is then a lower bound.
     """
 
     name: str
     body: Cost
     condition: Cost
     depth: int
+    inner: int = 0
 
     @property
     def per_iteration(self) -> Cost:
@@ -184,11 +189,11 @@ class _Counter:
         if trips is not None:
             return (self.cost(body, depth) + self.cost(condition, depth)).times(trips)
         own = Cost(predicates=1)  # the condition's result, read by the host
+        found_before = len(self.loops)
+        body_cost = self.cost(body, depth + 1)
+        condition_cost = self.cost(condition, depth + 1) + own
         loop = Loop(
-            instruction.name,
-            self.cost(body, depth + 1),
-            self.cost(condition, depth + 1) + own,
-            depth,
+            instruction.name, body_cost, condition_cost, depth, len(self.loops) - found_before
         )
         self.loops.append(loop)
         # Its parent runs its condition at least once per iteration, even when the
@@ -211,7 +216,8 @@ def step_loop(found: list[Loop]) -> Loop | None:
 
 def kernel_counts(executable) -> dict | None:
     """For a bench row: per step of a compiled executable's step loop, its kernels (of
-    its body and condition) and predicates read by the host; the host callbacks inside
+    its body and condition) and predicates read by the host, and the loops of unknown
+    trip count inside it (their kernels not counted); the host callbacks inside
     any loop; and every loop's kernels per iteration and depth. None when the program
     has no loop (a fixed-step `scan` has a known trip count) or gives no text."""
     try:
@@ -227,6 +233,7 @@ def kernel_counts(executable) -> dict | None:
         body=step.body.kernels,
         condition=step.condition.kernels,
         predicates_per_step=step.per_iteration.predicates,
+        inner_loops=step.inner,
         callbacks=sum(loop.per_iteration.callbacks for loop in found),
         loops=[[loop.per_iteration.kernels, loop.depth] for loop in found],
     )

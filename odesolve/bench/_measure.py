@@ -154,10 +154,9 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         compile_reused=compiled.reused,
         compiled=not entry.eager,
         temp_bytes=compiled.temp_bytes,
-        kernels_per_step=None if compiled.kernels is None else compiled.kernels["per_step"],
-        predicates_per_step=(
-            None if compiled.kernels is None else compiled.kernels["predicates_per_step"]
-        ),
+        kernels_per_step=_count(compiled, "per_step"),
+        predicates_per_step=_count(compiled, "predicates_per_step"),
+        inner_loops_per_step=_count(compiled, "inner_loops"),
         steps=steps,
         vf_evals=vf_evals,
         error=error,
@@ -165,6 +164,11 @@ def _first_row(case: Case, entry: Entry, compiled: Compiled) -> dict:
         batch=case.batch,
         warm_s=warm_s,
     )
+
+
+def _count(compiled: Compiled, name: str) -> int | None:
+    """One of `_kernels.kernel_counts`' figures for the compiled step loop, or None."""
+    return None if compiled.kernels is None else compiled.kernels[name]
 
 
 def _prepared(row: dict, compiled: Compiled) -> str:

@@ -20,13 +20,19 @@ COLUMNS = (
     ("vf evals", 9, lambda r: _number(r["vf_evals"], "{:d}")),
     ("error", 8, lambda r: _number(r["error"], "{:.1e}")),
     ("XLA temp", 9, lambda r: _bytes(r["temp_bytes"])),
-    ("kernels/step", 12, lambda r: _number(r.get("kernels_per_step"), "{:d}")),
+    ("kernels/step", 12, lambda r: _number(r.get("kernels_per_step"), "{:d}") + _inner_mark(r)),
     ("solves/s", 9, lambda r: _number(r["solves_per_s"], "{:.3g}")),
 )
 
 
 SHARED_NOTE = "* compiled once, for an earlier case: the same function on inputs of the same shapes"
-EAGER_NOTE = "~ called as is, outside jit (PyTorch peers, W11): the first call minus the median run time"
+EAGER_NOTE = (
+    "~ called as is, outside jit (PyTorch peers, W11): the first call minus the median run time"
+)
+INNER_NOTE = (
+    "+ at least: the step loop runs loops of unknown trip count (stages, save times) whose "
+    "kernels, launched at each of their iterations, are not counted"
+)
 
 
 def _shared_mark(row: dict) -> str:
@@ -34,6 +40,13 @@ def _shared_mark(row: dict) -> str:
     if not row.get("compiled", True):
         return "~"
     return "*" if row.get("compile_reused") else ""
+
+
+def _inner_mark(row: dict) -> str:
+    """`+` for a kernel count that leaves out loops run inside the step loop."""
+    return (
+        "+" if row.get("kernels_per_step") is not None and row.get("inner_loops_per_step") else ""
+    )
 
 
 def _number(value, spec: str) -> str:
@@ -67,6 +80,8 @@ def table(rows: list[dict]) -> str:
         previous = row["case"]
     marks = {_shared_mark(row) for row in rows}
     notes = [note for mark, note in (("*", SHARED_NOTE), ("~", EAGER_NOTE)) if mark in marks]
+    if any(_inner_mark(row) for row in rows):
+        notes.append(INNER_NOTE)
     if notes:
         out += ["", *notes]
     return "\n".join(out)
@@ -124,6 +139,8 @@ def metadata(mode: str, repeats: int, peers: dict) -> dict:
             "memory_analysis temp size; kernels_per_step, predicates_per_step: operations "
             "launched, and loop conditions and conditionals evaluated, per iteration of "
             "the compiled step loop, from its HLO text (odesolve/bench/_kernels.py); "
+            "inner_loops_per_step: loops of unknown trip count inside the step loop, "
+            "whose kernels kernels_per_step leaves out (a lower bound where nonzero); "
             "vf_evals: of one forward solve, from the step count; compiled=false (PyTorch "
             "peers, eager, torch.set_num_threads(1)): compile_s is the first call minus the "
             "median, steps and vf_evals as the library counted them"
