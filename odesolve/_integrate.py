@@ -125,9 +125,11 @@ def diffeqsolve(
         # times are inputs, checked on every call.
         arrays = time_arrays(saveat, stepsize_controller)
         if arrays:
-            check = lambda: check_time_values(t0, t1, dt0, y0, saveat, stepsize_controller, event)
+            check = lambda: check_time_values(
+                t0, t1, dt0, y0, saveat, stepsize_controller, event, max_steps
+            )
             dtypes = tuple(getattr(x, "dtype", type(x)) for x in jtu.tree_leaves(y0))
-            check_once(check, arrays, (t0, t1, dt0, dtypes, event is None))
+            check_once(check, arrays, (t0, t1, dt0, dtypes, event is None, max_steps))
         sol = cached_call(_diffeqsolve, call)
     if sol is None:  # inside a transformation, or times given as arrays
         sol = _diffeqsolve(**call)

@@ -45,7 +45,8 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     - `step_size_underflow`: every step was rejected until `t + dt == t`.
     - `nonfinite_initial_derivative`: the vector field is NaN or inf at (t0, y0).
     - `nonfinite_state`: the state became NaN or inf.
-    - `nonfinite_times`: t0 or t1 is NaN or inf (t1 may be inf only with an event).
+    - `nonfinite_times`: t0 or t1 is NaN or inf (t1 may be inf only with an event or an
+      integer `max_steps`).
     - `invalid_dt0`: `dt0` is zero, non-finite, points away from t1 or is below the time
       dtype's resolution.
     - `invalid_save_times`: `SaveAt(ts=...)` is not finite, sorted and within [t0, t1].
@@ -135,7 +136,8 @@ _MESSAGES = {
         "raise the solver's max_iterations or max_refreshes."
     ),
     RESULTS.nonfinite_times: (
-        "t0 or t1 is NaN or inf. t1 may be inf only when an Event ends the solve."
+        "t0 or t1 is NaN or inf. t1 may be inf only when an Event or an integer max_steps "
+        "ends the solve."
     ),
     RESULTS.event_occurred: "The solve stopped because an event occurred.",
     RESULTS.too_many_rejected_steps: (

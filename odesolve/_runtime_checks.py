@@ -39,8 +39,10 @@ def input_checks(config: Config, params: Params) -> Any:
         result = jnp.where(ordered & jnp.all(jnp.isfinite(ts)), result, RESULTS.invalid_save_times)
     valid = params.controller.times_are_valid(t_start, t_end)
     result = jnp.where(valid, result, RESULTS.invalid_step_times)
-    # t1 = inf is allowed only for an event to end the solve (checked at trace time).
-    finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | (config.event is not None))
+    # t1 = inf is allowed only for an event or max_steps to end the solve (as checked at
+    # trace time for a concrete t1).
+    ends = config.event is not None or config.max_steps is not None
+    finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | ends)
     return jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
 
 

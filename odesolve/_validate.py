@@ -66,16 +66,20 @@ def _normalise_y0(y0: Any) -> Any:
     return jtu.tree_unflatten(treedef, out)
 
 
-def _check_times(t0, t1, dt0, controller, event):
+def _check_times(t0, t1, dt0, controller, event, max_steps):
     c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0) if dt0 is not None else None
     for name, value in (("t0", c0), ("t1", c1), ("dt0", cdt)):
         if value is None or np.isfinite(value):
             continue
-        if name == "t1" and not np.isnan(value) and event is not None:
-            continue  # solve until the event fires (or max_steps)
+        if name == "t1" and not np.isnan(value) and (event is not None or max_steps is not None):
+            continue  # solve until the event fires or max_steps steps are taken
         raise ValueError(
             f"{name}={value} is not finite: pass a finite time"
-            + (" (t1=inf needs an event to end the solve)." if name == "t1" else ".")
+            + (
+                " (t1=inf needs an event or an integer max_steps to end the solve)."
+                if name == "t1" and not np.isnan(value)
+                else "."
+            )
         )
     if cdt is not None and c0 is not None and c1 is not None:
         if cdt == 0 or (c1 - c0) * cdt < 0:
@@ -360,11 +364,11 @@ def time_arrays(saveat: SaveAt, controller: AbstractStepSizeController) -> list:
     return arrays + [controller.ts] if isinstance(controller, StepTo) else arrays
 
 
-def check_time_values(t0, t1, dt0, y0, saveat, controller, event) -> tuple:
+def check_time_values(t0, t1, dt0, y0, saveat, controller, event, max_steps) -> tuple:
     """The checks that read the values of times known at trace time: t0, t1 and dt0,
     `SaveAt(ts=...)` and `StepTo(ts)`. Returns t0, t1 and dt0 as Python floats (None
     where traced) and the time dtype. `y0`: leaves that are arrays or numbers."""
-    c0, c1 = _check_times(t0, t1, dt0, controller, event)
+    c0, c1 = _check_times(t0, t1, dt0, controller, event, max_steps)
     cdt = _concrete(dt0) if dt0 is not None else None
     # Never narrower than float32: a float16 state keeps its precision, but times in
     # float16 could not resolve a step of a span much longer than a few thousand steps.
@@ -388,7 +392,9 @@ def normalise_inputs(
     y0 = _normalise_y0(y0)
     _check_tolerance_shapes(controller, y0)
     # Read before converting: under `jit` a converted Python number is a tracer.
-    c0, c1, cdt, time_dtype = check_time_values(t0, t1, dt0, y0, saveat, controller, event)
+    c0, c1, cdt, time_dtype = check_time_values(
+        t0, t1, dt0, y0, saveat, controller, event, max_steps
+    )
     times = [x for x in (t0, t1, dt0) if x is not None]
     # As Diffrax: a state narrower than time arrays (float64 ones) is promoted to them.
     # Python-number times are weakly typed and leave each leaf's precision as it is.

@@ -95,10 +95,12 @@ CASES = {
         RUN_TIME,
         r"nonfinite_times.*t0 or t1 is NaN or inf",
     ),
-    "traced inf t1 without an event": (
-        lambda: jitted(lambda t1: dict(t1=t1, dt0=None, stepsize_controller=PID), jnp.inf),
+    "traced inf t1 without an event or max_steps": (
+        lambda: jitted(
+            lambda t1: dict(t1=t1, dt0=None, stepsize_controller=PID, max_steps=None), jnp.inf
+        ),
         RUN_TIME,
-        r"nonfinite_times.*t1 may be inf only when an Event ends the solve",
+        r"nonfinite_times.*t1 may be inf only when an Event or an integer max_steps ends",
     ),
     "traced NaN t0": (
         lambda: jitted(lambda t0: dict(t0=t0), jnp.nan),

@@ -3,6 +3,7 @@ event, gradients of the event time, vmap, and bad input."""
 
 import math
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -250,9 +251,31 @@ def test_backsolve_rejects_events():
         drop(9.81, ode.Event(height), t1=3.0, adjoint=ode.BacksolveAdjoint())
 
 
-def test_infinite_t1_needs_an_event():
-    with pytest.raises(ValueError, match="t1=inf"):
-        drop(9.81, None)
+def test_infinite_t1_needs_an_event_or_max_steps():
+    with pytest.raises(ValueError, match="t1=inf needs an event or an integer max_steps"):
+        drop(9.81, None, max_steps=None)
+
+
+def test_infinite_t1_runs_max_steps_steps():
+    # Diffrax's way to take a given number of steps (its maintainer's answer in
+    # patrick-kidger/diffrax#737): t1=inf, max_steps=n, throw=False.
+    def run(lib, saveat):
+        return lib.diffeqsolve(
+            lib.ODETerm(lambda t, y, args: -y), lib.Tsit5(), 0.0, jnp.inf, 0.1,
+            jnp.array([1.0]), stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6),
+            saveat=saveat, max_steps=20, throw=False,
+        )  # fmt: skip
+
+    for saveat in ("t1", "steps"):
+        ours = run(ode, ode.SaveAt(**{saveat: True}))
+        theirs = run(diffrax, diffrax.SaveAt(**{saveat: True}))
+        assert ours.result == ode.RESULTS.max_steps_reached
+        assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"]) == 20
+        finite = np.isfinite(np.asarray(theirs.ts))
+        np.testing.assert_allclose(ours.ts[finite], theirs.ts[finite], rtol=1e-9)
+        np.testing.assert_allclose(ours.ys[finite], theirs.ys[finite], rtol=1e-9)
+    with pytest.raises(ode.SolveError, match="max_steps_reached"):
+        drop(9.81, None, max_steps=16)
 
 
 def test_event_is_not_reached_within_max_steps():
