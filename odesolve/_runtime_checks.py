@@ -1,6 +1,7 @@
 """What can only be known while solving: checks of traced inputs, the final result, and
 raising a failure (`throw=True`)."""
 
+import os
 from typing import Any
 
 import equinox as eqx
@@ -65,11 +66,15 @@ def raise_if_failed(sol: Solution) -> Solution:
     """`throw=True`. Outside any transformation the result is known here: raise one
     `SolveError` with our message. Inside one, a host callback raises it when the program
     runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
+    if ON_ERROR == "off":
+        return sol
     code = trace_time_value(sol.result._value)
     if code is not None:
         if np.all(code == RESULTS.successful.value):  # the usual case, told at once
             return sol
         codes = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
+        if codes and ON_ERROR == "nan":
+            return _as_nan(sol, True)
         if codes:
             raise SolveError(failure_message(max(codes)))
         return sol
@@ -78,8 +83,25 @@ def raise_if_failed(sol: Solution) -> Solution:
     # of operations to compile for an ensemble.
     failed = ~is_okay(sol.result)
     worst = eqxi.unvmap_max(jnp.where(failed, sol.result._value, RESULTS.successful.value))
+    if ON_ERROR == "nan":
+        return _as_nan(sol, worst != RESULTS.successful.value)
     arrays, rest = eqx.partition(sol, eqx.is_array)
     return eqx.combine(_raising(arrays, worst), rest)
+
+
+# What `throw=True` does with a failed solve, read from Equinox's `EQX_ON_ERROR` when
+# imported, as Diffrax's check does: "raise" (the default; "breakpoint" raises too),
+# "nan" (the solution's floating-point arrays become NaN: its result code is kept), or
+# "off" (no check: the solution as with throw=False).
+ON_ERROR = os.environ.get("EQX_ON_ERROR", "raise")
+
+
+def _as_nan(sol: Solution, failing: Any) -> Solution:
+    """`sol` with its floating-point arrays NaN where `failing` (the batch's, under
+    `vmap`, as Equinox's check)."""
+    floats, rest = eqx.partition(sol, eqx.is_inexact_array)
+    nan = lambda x: jnp.where(failing, jnp.full_like(x, jnp.nan), x)
+    return eqx.combine(jax.tree_util.tree_map(nan, floats), rest)
 
 
 @jax.custom_jvp

@@ -385,7 +385,8 @@ def _one_output(
         assert step_rows is not None
         parts.append(_steps(layout, o, s, end, step_rows))
     if o.t1 and not o.every:
-        parts.append(_saved(o, end, d * end.t[None], end.y[None]))
+        final = _saved(o, end, d * end.t[None], end.y[None])
+        parts.append(_after_saved(parts.pop(), final) if o.has_ts else final)
     ts_out = jnp.concatenate([p[0] for p in parts])
     ys_out = jtu.tree_map(lambda *leaves: jnp.concatenate(leaves), *[p[1] for p in parts])
     return ts_out, ys_out
@@ -396,6 +397,18 @@ def _saved(o: Output, end: Finish, t: Array, flat_rows: Array) -> tuple[Array, A
     if o.fn is not save_y:
         ys = jax.vmap(lambda t_, y_: o.fn(t_, y_, end.args))(t, ys)
     return t, ys
+
+
+def _after_saved(saved: tuple[Array, PyTree], final: tuple[Array, PyTree]) -> tuple[Array, PyTree]:
+    """The save times' rows with the final row right after those reached, as Diffrax
+    writes them: a solve stopped early (an event, or max_steps with throw=False) leaves
+    its unreached rows after the final one, so `ys[n - 1]`, n the finite times, is where
+    it stopped."""
+    ts, ys = saved
+    reached = jnp.sum(jnp.isfinite(ts), dtype=jnp.int32)
+    grow = lambda rows: jnp.concatenate([rows, jnp.full_like(rows[:1], jnp.inf)])
+    place = lambda rows, row: grow(rows).at[reached].set(row[0])
+    return place(ts, final[0]), jtu.tree_map(place, ys, final[1])
 
 
 def _before(

@@ -1,6 +1,10 @@
 """Bad inputs fail loudly: at trace time with an error naming the argument and showing the
 value, at run time with a `RESULTS` code (raised when throw=True)."""
 
+import os
+import subprocess
+import sys
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -433,3 +437,35 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
 def test_a_failure_inside_filter_jit_is_a_runtime_error_with_our_message():
     with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
         eqx.filter_jit(lambda y0: solve(y0=y0, max_steps=5).ys)(jnp.array([1.0]))
+
+
+_FAILING_SOLVES = """
+import jax, jax.numpy as jnp, numpy as np, odesolve as ode
+solve = lambda y0: ode.diffeqsolve(
+    ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), 0.0, 10.0, 0.01, y0, max_steps=5
+)
+for name, run in (("eager", solve), ("jit", jax.jit(solve))):
+    sol = run(jnp.ones(2))
+    print(name, bool(np.all(np.isnan(sol.ys))), int(sol.result._value), int(sol.stats["num_steps"]))
+batch = jax.vmap(solve)(jnp.ones((3, 2)))
+print("vmap", bool(np.all(np.isnan(batch.ys))), int(batch.stats["num_steps"][0]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["nan", "off"])
+def test_equinox_on_error_chooses_what_a_failed_solve_gives(mode):
+    # As for Diffrax, whose check is Equinox's: EQX_ON_ERROR=nan turns a failed solve's
+    # arrays into NaN instead of raising, EQX_ON_ERROR=off returns it as with
+    # throw=False. Read when odesolve is imported, so each runs in its own interpreter.
+    env = dict(os.environ, EQX_ON_ERROR=mode)
+    done = subprocess.run(
+        [sys.executable, "-c", _FAILING_SOLVES], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    nan = str(mode == "nan")
+    code = int(ode.RESULTS.max_steps_reached)
+    assert done.stdout.split("\n")[:3] == [
+        f"eager {nan} {code} 5",
+        f"jit {nan} {code} 5",
+        f"vmap {nan} 5",
+    ]

@@ -7,6 +7,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 import pytest
 
 import odesolve as ode
@@ -151,9 +152,10 @@ def test_saved_values_after_the_event_are_inf():
     ts = jnp.linspace(0.0, 3.0, 7)
     sol = drop(9.81, ode.Event(height), saveat=ode.SaveAt(ts=ts, t1=True))
     before = np.asarray(ts) <= landing_time(9.81)
-    np.testing.assert_allclose(sol.ys[:-1][before, 0], HEIGHT - 0.5 * 9.81 * ts[before] ** 2)
-    assert np.all(np.isinf(sol.ts[:-1][~before])) and np.all(np.isinf(sol.ys[:-1][~before]))
-    np.testing.assert_allclose(sol.ts[-1], landing_time(9.81), rtol=1e-12)
+    n = int(before.sum())  # the event's row comes right after them, as in Diffrax
+    np.testing.assert_allclose(sol.ys[:n, 0], HEIGHT - 0.5 * 9.81 * ts[before] ** 2)
+    np.testing.assert_allclose(sol.ts[n], landing_time(9.81), rtol=1e-12)
+    assert np.all(np.isinf(sol.ts[n + 1 :])) and np.all(np.isinf(sol.ys[n + 1 :]))
 
 
 def test_saved_steps_end_at_the_event():
@@ -307,3 +309,27 @@ def test_event_time_with_a_stiff_solver():
     ).ts[-1]
     np.testing.assert_allclose(stiff(9.81), landing_time(9.81), rtol=1e-12)
     np.testing.assert_allclose(jax.grad(stiff)(9.81), _LANDING_DERIVATIVE, rtol=1e-9)
+
+
+def test_an_early_stop_saves_its_final_row_after_the_save_times_reached():
+    # As Diffrax writes them: with SaveAt(ts=..., t1=True), the final row comes right
+    # after the save times reached, so `ys[n - 1]` (n the finite times) is where a solve
+    # stopped by an event or by max_steps (throw=False) ended. Each sample of a batch
+    # stops at its own row.
+    def run(lib, g, **kwargs):
+        return lib.diffeqsolve(
+            lib.ODETerm(falling), lib.Tsit5(), 0.0, 2.0, 0.01, jnp.array([HEIGHT, 0.0]), g,
+            saveat=lib.SaveAt(ts=jnp.linspace(0.0, 2.0, 5), t1=True), throw=False, **kwargs,
+        )  # fmt: skip
+
+    newton = optx.Newton(rtol=1e-12, atol=1e-12)  # Diffrax's event time, located
+    landing = lambda lib: lib.Event(lambda t, y, args, **kw: y[0], root_finder=newton)
+    for kwargs in (dict(event=landing), dict(max_steps=3)):
+        make = lambda lib: {k: v(lib) if callable(v) else v for k, v in kwargs.items()}
+        ours = jax.vmap(lambda g: run(ode, g, **make(ode)))(jnp.array([9.81, 20.0]))
+        for i, g in enumerate((9.81, 20.0)):
+            theirs = run(diffrax, g, **make(diffrax))
+            np.testing.assert_allclose(ours.ts[i], theirs.ts, rtol=1e-9)
+            np.testing.assert_allclose(ours.ys[i], theirs.ys, rtol=1e-9, atol=1e-12)
+    grad = jax.grad(lambda g: run(ode, g, event=landing(ode)).ys[3, 1])(20.0)
+    np.testing.assert_allclose(grad, -0.5 * math.sqrt(2 * HEIGHT) * 20.0**-0.5, rtol=1e-7)
