@@ -37,7 +37,6 @@ def run_quick(name: str, tmp_path) -> dict:
     return result
 
 
-@pytest.mark.matrix  # docs/training.md trains a neural ODE in the suite
 def test_neural_ode_fits_the_spiral(tmp_path):
     pytest.importorskip("optax")
     result = run_quick("neural_ode", tmp_path)
@@ -48,6 +47,7 @@ def test_neural_ode_fits_the_spiral(tmp_path):
     assert result["extrapolation_error"] < 1.0
 
 
+@pytest.mark.matrix  # the README's demo, examples/neural_ode.py, trains in the suite
 def test_parameter_inference_recovers_lotka_volterra(tmp_path):
     pytest.importorskip("optax")
     result = run_quick("parameter_inference", tmp_path)
