@@ -92,7 +92,7 @@ def test_direct_adjoint_without_a_step_bound_solves_and_runs_forward_mode(contro
 
 @pytest.mark.parametrize(
     "controller, saveat",
-    [("pid", "ts")]  # the others with -m matrix
+    [pytest.param("pid", "ts", marks=pytest.mark.matrix)]  # 18 s: with the others
     + [
         pytest.param(c, s, marks=pytest.mark.matrix)
         for c, s in [("pid", "t1"), ("pid", "steps"), ("constant", "t1"), ("constant", "ts")]

@@ -452,7 +452,7 @@ print("vmap", bool(np.all(np.isnan(batch.ys))), int(batch.stats["num_steps"][0])
 """
 
 
-@pytest.mark.parametrize("mode", ["nan", "off"])
+@pytest.mark.parametrize("mode", ["nan", pytest.param("off", marks=pytest.mark.matrix)])
 def test_equinox_on_error_chooses_what_a_failed_solve_gives(mode):
     # As for Diffrax, whose check is Equinox's: EQX_ON_ERROR=nan turns a failed solve's
     # arrays into NaN instead of raising, EQX_ON_ERROR=off returns it as with

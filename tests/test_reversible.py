@@ -41,7 +41,14 @@ def _relative(actual, expected) -> float:
 
 
 CASES = [
-    (ode.Reversible(ode.Tsit5()), ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)), PID),
+    # Reversible(Tsit5()) is checked in the suite against finite differences and in the
+    # composition cases; against the checkpointed adjoint with -m matrix (10 s).
+    pytest.param(
+        ode.Reversible(ode.Tsit5()),
+        ode.SaveAt(ts=jnp.linspace(0.0, 4.0, 9)),
+        PID,
+        marks=pytest.mark.matrix,
+    ),
     # Two more wrapped methods and outputs with `-m matrix` (the suite's time).
     pytest.param(
         ode.Reversible(ode.Dopri5(), coupling=0.99),
