@@ -93,6 +93,7 @@ def test_sharded_ensemble_matches_unsharded(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.matrix  # Kvaerno5 on Robertson runs in test_stiff.py and the bench's W5
 def test_stiff_chemistry_conserves_mass_and_matches_radau(tmp_path):
     result = run_quick("stiff_chemistry", tmp_path)
     # y1 + y2 + y3 is conserved by the equations and by any Runge-Kutta method (a linear
