@@ -16,7 +16,7 @@ from adjoints import trace_time_value
 from ._config import Config, Params
 from ._results import RESULTS, SolveError, failure_message, is_okay
 from ._solution import Solution
-from ._validate import resolution
+from ._validate import ends_without_t1, resolution
 
 
 def input_checks(config: Config, params: Params) -> Any:
@@ -42,7 +42,7 @@ def input_checks(config: Config, params: Params) -> Any:
     result = jnp.where(valid, result, RESULTS.invalid_step_times)
     # t1 = inf is allowed only for an event or max_steps to end the solve (as checked at
     # trace time for a concrete t1).
-    ends = config.event is not None or config.max_steps is not None
+    ends = ends_without_t1(config.event, config.max_steps)
     finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | ends)
     return jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
 

@@ -66,12 +66,17 @@ def _normalise_y0(y0: Any) -> Any:
     return jtu.tree_unflatten(treedef, out)
 
 
+def ends_without_t1(event: Any, max_steps: int | None) -> bool:
+    """Whether a solve ends with t1 = inf: an event or an integer `max_steps` ends it."""
+    return event is not None or max_steps is not None
+
+
 def _check_times(t0, t1, dt0, controller, event, max_steps):
     c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0) if dt0 is not None else None
     for name, value in (("t0", c0), ("t1", c1), ("dt0", cdt)):
         if value is None or np.isfinite(value):
             continue
-        if name == "t1" and not np.isnan(value) and (event is not None or max_steps is not None):
+        if name == "t1" and not np.isnan(value) and ends_without_t1(event, max_steps):
             continue  # solve until the event fires or max_steps steps are taken
         raise ValueError(
             f"{name}={value} is not finite: pass a finite time"
