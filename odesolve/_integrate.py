@@ -39,7 +39,7 @@ from ._runtime_checks import final_result, input_checks, raise_if_failed
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import Solution
 from ._solver._base import AbstractSolver
-from ._solver._user import loop_solver
+from ._solver._user import OwnTerms, loop_solver
 from ._term import ODETerm
 from ._validate import Inputs, check_kinds, check_time_values, normalise_inputs, time_arrays
 
@@ -199,6 +199,14 @@ def _diffeqsolve(
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
     )
+    field = inputs.terms.vector_field
+    if isinstance(field, OwnTerms) and adjoint.needs_problem():
+        raise UnsupportedCombination(
+            f"adjoint={type(adjoint).__name__}() solves an adjoint equation built from the "
+            f"vector field, and {type(field.solver).__name__} steps with terms of its own "
+            "rather than one: use RecursiveCheckpointAdjoint() (the default) or "
+            "DirectAdjoint()."
+        )
     given = _Given(inputs, solver, args, resume_from(solver_state, controller_state, made_jump))
     how = _How(
         saveat=saveat,

@@ -28,6 +28,7 @@ from ._progress_meter import AbstractProgressMeter
 from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._base import AbstractSolver
+from ._solver._user import own_terms, steps_with_own_terms
 from ._term import ODETerm, SplitField, as_one_term
 
 
@@ -214,6 +215,19 @@ def _traced_vector_field(terms, t0, y0, args):
     return ODETerm(traced)
 
 
+def _field_of(given, terms, solver, t0, dt0, y0, args) -> ODETerm:
+    """The field the loop integrates, traced and checked (`_traced_vector_field`). A
+    solver written in Diffrax's interface given a term of the user's own that is no ODE
+    (its `vf` returns nothing, or not dy/dt) steps with that term as given, as in
+    Diffrax (`OwnTerms`)."""
+    try:
+        return _traced_vector_field(terms, t0, y0, args)
+    except (TypeError, ValueError):
+        if not steps_with_own_terms(solver, given):
+            raise
+    return own_terms(given, solver, t0, dt0, y0, args)
+
+
 def _field_hint(fn: Any, error: Exception, t0: Any, y0: Any, args: Any) -> str | None:
     """The likely mistake behind a vector field that failed on its first call."""
     signature = _hints.wrong_signature(fn, "ODETerm's vector field", "f(t, y, args)", t0, y0, args)
@@ -388,6 +402,7 @@ def check_time_values(t0, t1, dt0, y0, saveat, controller, event, max_steps) -> 
 def normalise_inputs(
     terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps, event=None
 ) -> Inputs:
+    given = terms
     terms = as_one_term(terms, solver.term_structure, y0)
     _check_scalar_times(t0=t0, t1=t1, dt0=dt0)
     if max_steps is not None and (
@@ -410,7 +425,7 @@ def normalise_inputs(
         y0 = jtu.tree_map(lambda y: y.astype(_promoted(y.dtype, widest)), y0)
     as_time = lambda x: None if x is None else _time.as_time(x, time_dtype)
     t0, t1, dt0 = as_time(t0), as_time(t1), as_time(dt0)
-    terms = _traced_vector_field(terms, t0, y0, args)
+    terms = _field_of(given, terms, solver, t0, dt0, y0, args)
     event = _traced_event(
         event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
     )

@@ -329,3 +329,130 @@ def test_a_user_solver_may_be_of_both_kinds():
     solver = AdaptiveImplicitEuler()
     assert isinstance(solver, ode.AbstractImplicitSolver)
     assert isinstance(solver, ode.AbstractAdaptiveSolver)
+
+
+def own_term_solvers(lib):
+    """Two solvers that step with a term of their own rather than an ODE's field, for
+    either library: `Decay` keeps a placeholder term whose `vf` returns None (implicit
+    Euler for y' = -k y, k in `args`, as a solver that reads its problem from `args`
+    does); `MagnusEuler` takes the exponential (Cayley's, of order 2) of its term's `vf`,
+    a matrix generator (a rotation scaled by the term's own array `a`, plus `args * t`),
+    its error against Euler's."""
+
+    class Placeholder(lib.AbstractTerm):
+        def vf(self, t, y, args):
+            return None
+
+        def contr(self, t0, t1):
+            return t1 - t0
+
+        def prod(self, vf, control):
+            return None
+
+    class Decay(lib.AbstractSolver):
+        term_structure = Placeholder
+        interpolation_cls = lib.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 1
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            y1 = y0 / (1 + args * (t1 - t0))
+            return y1, None, dict(y0=y0, y1=y1), None, lib.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return None
+
+    class Generator(lib.AbstractTerm):
+        a: jax.Array
+
+        def vf(self, t, y, args):
+            return self.a * jnp.array([[0.0, 1.0], [-1.0, 0.0]]) + args * t * jnp.eye(2)
+
+        def contr(self, t0, t1):
+            return t1 - t0
+
+        def prod(self, vf, control):
+            return vf * control
+
+    class MagnusEuler(lib.AbstractSolver):
+        term_structure = Generator
+        interpolation_cls = lib.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 2
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            control = terms.contr(t0, t1)
+            generator = terms.vf(0.5 * (t0 + t1), y0, args)
+            half = 0.5 * terms.prod(generator, control)  # Cayley: exp(G dt) to order 2
+            y1 = jnp.linalg.solve(jnp.eye(2) - half, y0 + half @ y0)
+            euler = y0 + terms.prod(terms.vf(t0, y0, args), control) @ y0
+            return y1, y1 - euler, dict(y0=y0, y1=y1), None, lib.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return terms.vf(t0, y0, args) @ y0
+
+    return (Placeholder, Decay), (Generator, MagnusEuler)
+
+
+def _own_term_solve(lib, which, a, c, t1=2.0, **kwargs):
+    term, solver = own_term_solvers(lib)[which]
+    terms = term() if which == 0 else term(a)
+    ts = jnp.linspace(0.0, t1, 4)
+    kwargs = dict(dict(dt0=0.1 if t1 > 0 else -0.1, saveat=lib.SaveAt(ts=ts)), **kwargs)
+    y0 = jnp.array([1.0, 0.5])
+    return lib.diffeqsolve(terms, solver(), 0.0, t1, y0=y0, args=c, **kwargs)
+
+
+def _own_term_gradient(lib, which):
+    loss = lambda a, c: jnp.sum(_own_term_solve(lib, which, a, c).ys ** 2)
+    return jax.value_and_grad(loss, argnums=(0, 1))(1.3, 0.4)
+
+
+def test_a_user_solver_steps_with_its_own_terms_as_diffrax():
+    """Diffrax hands a solver the terms it was given; a term whose `vf` is no ODE's
+    (a placeholder returning None, a matrix generator) reaches the solver as it is,
+    and its arrays receive gradients. Backwards, the step is given real times, as any
+    user solver's (see above): `Decay`, whose step reads t1 - t0 itself, takes 20 steps
+    of implicit Euler of size -0.1 (Diffrax's would step forwards in internal time)."""
+    for which in (0, 1):
+        _close(_own_term_gradient(ode, which), _own_term_gradient(diffrax, which), 1e-12)
+    backwards = _own_term_solve(ode, 0, None, 0.4, -2.0).ys[-1]
+    _close(backwards, jnp.array([1.0, 0.5]) / (1 - 0.04) ** 20, 1e-12)
+
+
+@pytest.mark.matrix
+def test_own_terms_backwards_batched_and_in_forward_mode():
+    """The generator's solve backwards against Diffrax (its step goes through the term,
+    so internal and real times agree), per-sample gradients of the term's own array
+    under `jit(vmap(grad))`, and forward mode against reverse mode."""
+    loss = lambda lib, a, t1=2.0: jnp.sum(_own_term_solve(lib, 1, a, 0.4, t1).ys ** 2)
+    backwards = lambda lib: jax.value_and_grad(lambda a: loss(lib, a, -2.0))(1.3)
+    _close(backwards(ode), backwards(diffrax), 1e-12)
+    batch = jnp.array([0.9, 1.3])
+    per_sample = lambda lib: jax.jit(jax.vmap(jax.grad(lambda a: loss(lib, a))))(batch)
+    _close(per_sample(ode), per_sample(diffrax), 1e-12)
+    fixed = lambda a, adjoint: jnp.sum(_own_term_solve(ode, 1, a, 0.4, adjoint=adjoint).ys)
+    tangent = jax.jvp(lambda a: fixed(a, ode.ForwardMode()), (1.3,), (1.0,))[1]
+    gradient = jax.grad(lambda a: fixed(a, ode.RecursiveCheckpointAdjoint()))(1.3)
+    np.testing.assert_allclose(float(tangent), float(gradient), rtol=1e-10)
+
+
+def test_a_solver_with_terms_of_its_own_and_what_needs_a_field_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"dt0=None.*Decay.func.*returned None.*Pass dt0"):
+        _own_term_solve(ode, 0, None, 0.4, dt0=None)
+    with pytest.raises(ode.UnsupportedCombination, match="BacksolveAdjoint.*RecursiveCheck"):
+        _own_term_solve(ode, 0, None, 0.4, adjoint=ode.BacksolveAdjoint())
+    # A `func` that returns dy/dt picks the first step as Diffrax's does.
+    pid = lambda lib: dict(dt0=None, stepsize_controller=lib.PIDController(rtol=1e-3, atol=1e-6))
+    ours = _own_term_solve(ode, 1, 1.3, 0.4, **pid(ode))
+    theirs = _own_term_solve(diffrax, 1, 1.3, 0.4, **pid(diffrax))
+    assert int(ours.stats["num_steps"]) > 0
+    _close(ours.ys, theirs.ys, 1e-2)

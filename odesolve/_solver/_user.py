@@ -18,14 +18,23 @@ adjoint, and odesolve's own solvers keep their direct path.
 from typing import Any, final, get_origin
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._flat import FlatSpec, PyTree
 from .._results import RESULTS
-from .._term import MultiTerm, ODETerm
-from ._base import AbstractSolver, StartInput, StepInput, StepResult, writes_diffrax_steps
+from .._term import AbstractTerm, MultiTerm, ODETerm
+from ._base import (
+    AbstractSolver,
+    StartInput,
+    StepField,
+    StepInput,
+    StepResult,
+    writes_diffrax_steps,
+)
 from ._kinds import AbstractWrappedSolver
 
 # Degree of Diffrax's local interpolations (matched by class name, so that Diffrax's own
@@ -68,8 +77,65 @@ class _RealTimeField(eqx.Module):
         return self.spec.unravel(jnp.asarray(self.direction).astype(out.dtype) * out)
 
 
-def _user_terms(vf: Any, spec: FlatSpec, direction: Any) -> ODETerm:
+def _user_terms(vf: Any, spec: FlatSpec, direction: Any) -> Any:
+    """The terms a step of the user's solver is given: the user's own, when the solve
+    hands them over (`OwnTerms`), else the loop's field seen in real time."""
+    plain = vf.plain if isinstance(vf, StepField) else vf
+    field = getattr(getattr(plain, "term", None), "vector_field", None)
+    if isinstance(field, OwnTerms):
+        return field.terms
     return ODETerm(_RealTimeField(vf, spec, direction))
+
+
+class OwnTerms(eqx.Module):
+    """The field of a solve whose solver, written in Diffrax's interface, steps with a
+    term of the user's own that is not an ODE the loop could call: its `vf` returns
+    nothing, or its `prod` means something else (a solver that reads its problem from
+    `args` and keeps a placeholder term). The solver's steps are handed `terms` as
+    given, as Diffrax hands them. The loop's own use of a field, the derivative at the
+    start from which `dt0=None` picks the first step, is the solver's `func`, as in
+    Diffrax; `rates` says whether `func` returns dy/dt (y's structure and shapes). When
+    it does not, the start's derivative is zeros, which nothing reads: `diffeqsolve`
+    refuses `dt0=None` and the continuous adjoints for such a solve (`own_terms`)."""
+
+    terms: Any
+    solver: AbstractSolver = eqx.field(static=True)
+    rates: bool = eqx.field(static=True)
+
+    def __call__(self, t: Any, y: PyTree, args: PyTree) -> PyTree:
+        if self.rates:
+            return self.solver.func(self.terms, t, y, args)
+        return jtu.tree_map(jnp.zeros_like, y)
+
+
+def steps_with_own_terms(solver: AbstractSolver, terms: Any) -> bool:
+    """Whether `terms` may go to `solver` as given: a solver written in Diffrax's
+    interface, and a term of the user's own class (not an ODETerm or a MultiTerm)."""
+    own = isinstance(terms, AbstractTerm) and not isinstance(terms, (ODETerm, MultiTerm))
+    return type(solver) is UserSolver and own
+
+
+def own_terms(
+    terms: Any, solver: "UserSolver", t0: Any, dt0: Any, y0: PyTree, args: PyTree
+) -> ODETerm:
+    """The field of a solve that hands the user's solver its `terms` (see `OwnTerms`)."""
+    user = solver.solver
+    try:
+        out = jax.eval_shape(lambda: user.func(terms, t0, y0, args))
+    except Exception:  # a `func` that is not meant to be called (`assert False`)
+        out = None
+    shapes = lambda tree: [x.shape for x in jtu.tree_leaves(tree)]
+    expected = jax.eval_shape(lambda: y0)
+    same = jtu.tree_structure(out) == jtu.tree_structure(expected)  # type: ignore[operator]
+    rates = same and shapes(out) == shapes(expected)
+    if dt0 is None and not rates:
+        raise ValueError(
+            f"dt0=None: the first step size is chosen from the derivative at t0, "
+            f"{type(user).__name__}.func(terms, t0, y0, args), which returned {out!r} "
+            "rather than dy/dt of y0's structure and shapes. Pass dt0, or have func return "
+            "dy/dt."
+        )
+    return ODETerm(OwnTerms(terms, user, rates))
 
 
 @final
@@ -206,4 +272,3 @@ def _lagrange_table(degree: int) -> tuple[tuple[float, ...], ...]:
         coeffs = np.polynomial.polynomial.polyfromroots(others) / np.prod(nodes[j] - others)
         rows.append(tuple(float(c) for c in coeffs[1:]))  # L_j(0) = 0: no constant term
     return tuple(rows)
-
