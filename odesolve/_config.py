@@ -23,6 +23,8 @@ class Config(eqx.Module):
     - `jumps`: the controller stops at discontinuities (`jump_ts`).
     - `static_times`: nothing that sets the step times can be differentiated (see
       `static_times`).
+    - `number_times`: t0, t1 and dt0 were given as Python numbers (see
+      `FirstStepInput`).
     """
 
     solver: AbstractSolver = eqx.field(static=True)
@@ -35,6 +37,7 @@ class Config(eqx.Module):
     jumps: bool = eqx.field(static=True)
     event: EventRecord | None = eqx.field(static=True)
     static_times: bool = eqx.field(static=True)
+    number_times: bool = eqx.field(static=True, default=False)
 
     @property
     def table(self) -> tuple:

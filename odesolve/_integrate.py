@@ -138,12 +138,15 @@ def diffeqsolve(
     return raise_if_failed(sol) if throw else sol
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 def _numbers_for_times(t0: Any, t1: Any, dt0: Any, y0: PyTree) -> bool:
     """Whether a call may take the cached eager dispatch (`_eager`): t0, t1 and dt0 are
     Python numbers (or dt0 None), so their values are part of its key, and y0's leaves
     are arrays or numbers (other leaves get their error from `normalise_inputs`)."""
-    number = lambda x: isinstance(x, int | float) and not isinstance(x, bool)
-    if not (number(t0) and number(t1) and (dt0 is None or number(dt0))):
+    if not (_is_number(t0) and _is_number(t1) and (dt0 is None or _is_number(dt0))):
         return False
     leaves = jtu.tree_leaves(y0)
     return bool(leaves) and all(
@@ -222,6 +225,7 @@ def _diffeqsolve(
         # An event may stop the solve early: the step count is not known in advance.
         num_steps=inputs.num_steps if event is None else None,
         static_times=static_times(t0, t1, dt0, saveat, stepsize_controller, event),
+        number_times=all(_is_number(x) for x in (t0, t1, dt0) if x is not None),
         batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
     )
     with forward_mode_named(adjoint):
@@ -289,10 +293,12 @@ class _How(eqx.Module):
 
 class _Known(eqx.Module):
     """What is known when the solve is traced: its exact number of steps (or None),
-    whether its times are concrete, how many samples a `vmap` runs together."""
+    whether its times are concrete, whether they were Python numbers (see
+    `FirstStepInput`), how many samples a `vmap` runs together."""
 
     num_steps: int | None
     static_times: bool
+    number_times: bool
     batch: int
 
 
@@ -323,6 +329,7 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
         jumps=controller.has_jumps,
         event=None if event is None else event.record,
         static_times=static_times,
+        number_times=known.number_times,
     )
     conditions = None
     if event is not None:

@@ -150,6 +150,7 @@ def initial_state(
         args=args,
         error_order=config.solver.error_order(),
         spec=config.spec,
+        number_times=config.number_times,
     )
     t_next, controller_state = params.controller.start(first_step)
     result = jnp.where(

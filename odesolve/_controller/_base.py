@@ -65,6 +65,8 @@ class FirstStepInput(eqx.Module):
     - `args`: the user's `args`, passed to `vf`.
     - `error_order`: the solver's; the step-size exponent is 1 / error_order (static).
     - `spec`: the static layout of the user's state, for a norm on it (`FlatSpec`).
+    - `number_times`: t0, t1 and dt0 were given as Python numbers, which Diffrax's
+      compiled program holds as constants (`ConstantStepSize` places its steps as it).
     """
 
     vf: Field
@@ -76,6 +78,7 @@ class FirstStepInput(eqx.Module):
     args: PyTree
     error_order: int = eqx.field(static=True)
     spec: FlatSpec = eqx.field(static=True)
+    number_times: bool = eqx.field(static=True, default=False)
 
 
 class AttemptInput(eqx.Module):

@@ -68,14 +68,29 @@ class ConstantStepSize(AbstractFixedStepController):
         span, step = lax.stop_gradient(t1 - t0), lax.stop_gradient(dt0)
         finite = jnp.isfinite(span)
         n = jnp.maximum(jnp.ceil(jnp.where(finite, span, 0) / jnp.nextafter(step, jnp.inf)), 1)
-        state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1, dt0)
+        # Step k ends at t0 + (t1 - t0) (k / n), as in Diffrax, with k / n as Diffrax's
+        # compiled program computes it: times given as numbers are constants there, and
+        # XLA turns a division by the constant n into a product with its reciprocal; times
+        # given as arrays are its inputs, and n is divided by. Each is written out here
+        # (`reciprocal`, None for the second) so that every program computing this solve
+        # steps to the same times: the forward sweep of an adjoint is another program, in
+        # which the times may be inputs where they were constants, and a field switching
+        # at grid times would otherwise switch a step apart once differentiated.
+        reciprocal = 1 / n.astype(t0.dtype) if first.number_times else None
+        state = (jnp.zeros((), jnp.int32), n.astype(jnp.int32), t0, t1, dt0, reciprocal)
         return self._end_of(1, state), state
 
     @staticmethod
-    def _end_of(k: int | Int[Array, ""], state: tuple[Array, Array, Array, Array, Array]):
-        _, n, t0, t1, dt0 = state
+    def _end_of(k: int | Int[Array, ""], state: tuple) -> Float[Array, ""]:
+        _, n, t0, t1, dt0, reciprocal = state
         k_ = jnp.asarray(k, t0.dtype)
-        end = t0 + (t1 - t0) * (k_ / n.astype(t0.dtype))
+        if reciprocal is None:
+            # n where it is used (k < n), but never a constant for XLA to take the
+            # reciprocal of.
+            fraction = k_ / jnp.maximum(n, jnp.asarray(k) + 1).astype(t0.dtype)
+        else:
+            fraction = k_ * reciprocal
+        end = t0 + (t1 - t0) * fraction
         unbounded = t0 + k_ * dt0  # t1 = inf
         return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
@@ -83,9 +98,9 @@ class ConstantStepSize(AbstractFixedStepController):
         # A step cut short of its grid point (by `ClipStepSizeController`) is followed by
         # one to that grid point: the grid stays where it was.
         state = attempt.state
-        k, n, start, end, dt0 = state
+        k = state[0]
         k = jnp.where(attempt.t1 < self._end_of(k + 1, state), k, k + 1)
-        state = (k, n, start, end, dt0)
+        state = (k, *state[1:])
         return Proposal(True, self._end_of(k + 1, state), state, RESULTS.successful)
 
 

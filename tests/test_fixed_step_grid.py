@@ -1,0 +1,47 @@
+"""Fixed steps land on the same grid in every program that computes a solve: plain,
+under `jit`, and as the forward sweep of its gradient. A control that switches at the
+grid times (a model-predictive controller's piecewise-constant input, read with
+`left=False`) reads the piece Diffrax's solve reads, whether or not the solve is
+differentiated, for times given as Python numbers (constants in Diffrax's program) or
+as arrays (its inputs)."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odesolve as ode
+
+N, DT = 20, 0.05
+
+
+def _solve(lib, controls, times_as_arrays: bool):
+    dtype = jnp.float32 if times_as_arrays else jnp.float64
+    knots = jnp.linspace(0.0, DT * N, N + 1, dtype=dtype)
+    pieces = (jnp.repeat(knots, 2)[1:-1], jnp.repeat(controls, 2, axis=0))
+
+    def field(t, y, args):
+        return lib.LinearInterpolation(*pieces).evaluate(t, left=False)
+
+    t1, dt0 = N * DT, DT  # 1.0000000000000002 and 0.05: Python numbers
+    if times_as_arrays:
+        t1, dt0 = jnp.asarray(t1, dtype), jnp.asarray(dt0, dtype)
+    sol = lib.diffeqsolve(
+        lib.ODETerm(field), lib.Euler(), 0.0, t1, dt0, jnp.zeros(1, dtype), controls,
+        saveat=lib.SaveAt(ts=knots),
+    )  # fmt: skip
+    return sol.ys[:, 0]
+
+
+@pytest.mark.parametrize("times_as_arrays", [False, True], ids=["numbers", "arrays"])
+def test_a_control_switched_at_grid_times_reads_the_same_piece_differentiated(times_as_arrays):
+    dtype = jnp.float32 if times_as_arrays else jnp.float64
+    controls = jnp.arange(N, dtype=dtype)[:, None]
+    plain = _solve(ode, controls, times_as_arrays)
+    np.testing.assert_array_equal(plain, _solve(diffrax, controls, times_as_arrays))
+    primal, _ = jax.vjp(lambda u: _solve(ode, u, times_as_arrays), controls)
+    np.testing.assert_array_equal(primal, plain)
+    loss = lambda u: jnp.sum(_solve(ode, u, times_as_arrays) ** 2)
+    value, _ = jax.jit(jax.value_and_grad(loss))(controls)
+    np.testing.assert_array_equal(value, jnp.sum(plain**2))
