@@ -122,6 +122,20 @@ class _Summed(eqx.Module):
         return _sum([term.vf(t, y, args) for term in self.terms])
 
 
+class BroadcastTo(eqx.Module):
+    """A field whose output leaves broadcast to the state's leaves (a scalar rate for a
+    vector of states), as one that returns them in those `shapes`: Diffrax's steps add
+    such a rate to the state by broadcasting."""
+
+    field: Callable[..., PyTree]
+    shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+
+    def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
+        leaves, treedef = jtu.tree_flatten(self.field(t, y, args))
+        broadcast = [jnp.broadcast_to(x, s) for x, s in zip(leaves, self.shapes, strict=True)]
+        return jtu.tree_unflatten(treedef, broadcast)
+
+
 class RateOfControl(eqx.Module):
     """A term as an ODE's field: dy/dt = prod(vf(t, y, args), dc/dt) (prod is linear in
     the control), dc/dt its `_control_rate`. For a term of the user's own with a control

@@ -29,7 +29,7 @@ from ._results import InvalidSaveTimes, InvalidStepTimes
 from ._saveat import SaveAt
 from ._solver._base import AbstractSolver
 from ._solver._user import own_terms, steps_with_own_terms
-from ._term import ODETerm, SplitField, as_one_term
+from ._term import BroadcastTo, ODETerm, SplitField, as_one_term
 
 
 class Inputs(eqx.Module):
@@ -199,7 +199,10 @@ def _traced_vector_field(terms, t0, y0, args):
             "the real and imaginary parts as two real states."
         )
     # (jaxlib's stub for PyTreeDef declares no __eq__.)
-    if got_def != want_def or shapes(out) != shapes(expected):  # type: ignore[operator]
+    same_def = got_def == want_def  # type: ignore[operator]
+    if same_def and shapes(out) != shapes(expected) and _broadcasts(out, expected):
+        return ODETerm(BroadcastTo(traced, tuple(shapes(expected))))
+    if not same_def or shapes(out) != shapes(expected):
         listed = _hints.list_of_numbers(y0)
         if listed:
             raise ValueError(
@@ -226,6 +229,16 @@ def _field_of(given, terms, solver, t0, dt0, y0, args) -> ODETerm:
         if not steps_with_own_terms(solver, given):
             raise
     return own_terms(given, solver, t0, dt0, y0, args)
+
+
+def _broadcasts(out: PyTree, expected: PyTree) -> bool:
+    """Whether each leaf of the field's output broadcasts to its leaf of y0's shape (a
+    scalar rate for a vector of states), as Diffrax's arithmetic broadcasts it."""
+    pairs = zip(jtu.tree_leaves(out), jtu.tree_leaves(expected), strict=True)
+    try:
+        return all(np.broadcast_shapes(o.shape, e.shape) == e.shape for o, e in pairs)
+    except ValueError:  # shapes that do not broadcast at all
+        return False
 
 
 def _field_hint(fn: Any, error: Exception, t0: Any, y0: Any, args: Any) -> str | None:

@@ -138,3 +138,23 @@ def test_an_empty_interval_far_from_zero_returns_y0():
 def test_interpolation_knots_given_as_a_list():
     path = ode.LinearInterpolation([0.0, 0.5, 1.0], jnp.array([0.0, 1.0, 0.0]))
     np.testing.assert_allclose(path.evaluate(0.25), 0.5)
+
+
+def test_a_rate_that_broadcasts_to_its_state_is_broadcast():
+    # A scalar rate for a vector of states (a flow's log-density rate, as generax writes
+    # it): Diffrax's steps add it to the state by broadcasting.
+    def field(t, y, args):
+        x, log_density = y
+        return -args * x, -jnp.sum(x)
+
+    def loss(lib, a):
+        y0 = (Y0, jnp.zeros(2))
+        sol = lib.diffeqsolve(lib.ODETerm(field), lib.Tsit5(), 0.0, 1.0, 0.1, y0, a)
+        return jnp.sum(sol.ys[1] ** 2), sol.ys
+
+    gradient = lambda lib: jax.value_and_grad(lambda a: loss(lib, a), has_aux=True)(0.7)
+    (_, ys), grad = gradient(ode)
+    (_, ref_ys), ref_grad = gradient(diffrax)
+    assert ys[1].shape == (1, 2)
+    np.testing.assert_allclose(ys[1], ref_ys[1], rtol=1e-12)
+    np.testing.assert_allclose(float(grad), float(ref_grad), rtol=1e-12)

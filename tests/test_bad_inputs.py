@@ -229,6 +229,11 @@ CASES = {
         TypeError,
         r"ODETerm\(vector_field=Array.*\): pass a function f\(t, y, args\)",
     ),
+    "a vector field whose output does not broadcast to y0": (
+        lambda: solve(terms=ode.ODETerm(lambda t, y, args: jnp.zeros(3))),
+        ValueError,
+        r"output does not match y0: .* shapes \[\(3,\)\].* y0 has .* shapes \[\(2,\)\]",
+    ),
     "y0 that is not an array": (
         lambda: solve(y0=object()),
         TypeError,
