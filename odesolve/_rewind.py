@@ -49,8 +49,8 @@ def rewind(
     or None where `rewinds` is False."""
     if not rewinds(config, solver, params, after):
         return None
-    count, n, t0, t1, dt0 = after.controller_state
     state = after.controller_state
+    count = state[0]
     row = None
     if config.carries_row:  # the interpolant before the step starts a step earlier
         row = (_start_of(params, state, count - 2), None, None)
@@ -60,7 +60,7 @@ def rewind(
         t_next=after.t,
         y=None,
         solver_state=None,
-        controller_state=(count - 1, n, t0, t1, dt0),
+        controller_state=(count - 1, *state[1:]),
         num_steps=after.num_steps - 1,
         num_accepted=after.num_accepted - 1,
         result=jnp.full_like(after.result, RESULTS.successful.value),

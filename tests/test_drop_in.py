@@ -1,6 +1,7 @@
 """Diffrax behaviour that Diffrax code relies on: an empty interval, root finders on
 implicit solvers, the `RESULTS` lookups."""
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -355,6 +356,30 @@ def test_the_controllers_low_level_api_steps_across_nested_jumps():
     assert t0 == above(above(below(13.0))) and t1 == below(23.0) and jumped
     keep, *_ = outer.adapt_step_size(0.0, 1.0, 0.0, 0.0, None, 2.0, 5, state)
     assert not keep  # an error above the tolerance rejects the step
+
+
+def test_manual_steps_take_their_first_stage_from_the_first_steps_own_args():
+    # A loop of `solver.step` in a `lax.scan` whose args change each step (a controller's
+    # input, as an arm model trained by feedbax steps): the first step of a first-same-as-
+    # last method evaluates its first stage with its own args, as Diffrax's does, not with
+    # those `init` was given; later steps carry it on.
+    def steps(lib, solver):
+        term = lib.ODETerm(lambda t, y, args: args * y + 1.0)
+        state = solver.init(term, 0.0, 0.1, jnp.array([1.0]), jnp.array(0.0))
+
+        def one(carry, a):
+            y, state = carry
+            y, _, _, state, _ = solver.step(term, 0.0, 0.1, y, a, state, made_jump=False)
+            return (y, state), y
+
+        return jax.jit(lambda: jax.lax.scan(one, (jnp.array([1.0]), state), jnp.array(
+            [1.0, -2.0, 3.0])))()[1]  # fmt: skip
+
+    for name in ("Tsit5", "Dopri5", "Bosh3"):
+        ours, theirs = steps(ode, getattr(ode, name)()), steps(diffrax, getattr(diffrax, name)())
+        np.testing.assert_allclose(ours, theirs, rtol=1e-14)
+    first = steps(ode, ode.Tsit5())[0]
+    np.testing.assert_allclose(first, 2 * np.exp(0.1) - 1, rtol=1e-8)  # y' = y + 1
 
 
 def test_clip_controller_refuses_a_non_controller():

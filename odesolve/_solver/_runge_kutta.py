@@ -11,11 +11,20 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._flat import PyTree, RealScalarLike, in_state_dtype
 from .._term import ODETerm
-from ._base import AbstractSolver, Field, StartInput, StepContext, StepInput, StepResult
+from ._base import (
+    AbstractSolver,
+    Field,
+    StartInput,
+    StepContext,
+    StepInput,
+    StepResult,
+    _jump_flag,
+)
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
@@ -154,7 +163,29 @@ class AbstractTableauMethod(AbstractSolver):
         if expensive is not None and expensive(t0, t1, y0, args):
             self.prepare(y0)
             return None
-        return super().init(terms, t0, t1, y0, args)
+        state = super().init(terms, t0, t1, y0, args)
+        # As Diffrax's: (first step, f(t0, y0)). The first step evaluates its first stage
+        # itself, with its own args: a loop that changes `args` between steps (a
+        # controller's input) steps from the derivative of its first step's args, whatever
+        # `init` was given.
+        return None if state is None else (jnp.asarray(True), state)
+
+    def step(
+        self,
+        terms: Any,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        y0: PyTree,
+        args: PyTree,
+        solver_state: PyTree,
+        made_jump: Any,
+    ) -> tuple[Any, Any, dict[str, Any], Any, Any]:
+        if not (isinstance(solver_state, tuple) and len(solver_state) == 2):
+            return super().step(terms, t0, t1, y0, args, solver_state, made_jump)
+        first, state = solver_state
+        again = jnp.logical_or(_jump_flag(made_jump), first)
+        y1, y_error, dense_info, state, result = super().step(terms, t0, t1, y0, args, state, again)
+        return y1, y_error, dense_info, (jnp.asarray(False), state), result
 
     def advance(self, step: StepInput) -> StepResult:
         k0 = _first_stage(self.tableau.fsal, step)
