@@ -359,6 +359,29 @@ def test_fixed_steps_far_beyond_the_stiff_scale_converge(entry, dtype):
         np.testing.assert_allclose(np.asarray(sol.ys[-1]), exact, rtol=3e-6)
 
 
+def test_newton_tolerances_finer_than_the_dtype_resolves_converge():
+    """ImplicitEuler on fixed steps in float32 with `optx.Newton(rtol=atol=1.4e-8)` (a
+    float64 script's tolerances, below float32's resolution of the state): the iterations
+    stop at the state's rounding instead of failing the step (they had reported a
+    nonlinear divergence and NaN), and give the coarser tolerance's states."""
+    optx = pytest.importorskip("optimistix")
+
+    def field(t, y, args):
+        x, v, theta, w = y
+        u = jnp.clip(jnp.array([0.5, 0.2, -1.0, -0.3], y.dtype) @ y + args, -5.0, 5.0)
+        swing = -9.81 * jnp.sin(theta) - 0.2 * w + u * jnp.cos(theta)
+        return jnp.stack([v, u - 0.1 * v, w, swing])
+
+    def solve(tolerance):
+        solver = ode.ImplicitEuler(root_finder=optx.Newton(rtol=tolerance, atol=tolerance))
+        y0 = jnp.array([0.0, 0.0, 0.3, 0.0], jnp.float32)
+        return ode.diffeqsolve(ode.ODETerm(field), solver, 0.0, 1.0, 0.05, y0, 0.3, throw=False)
+
+    fine, coarse = solve(1.4e-8), solve(1e-5)
+    assert fine.result == ode.RESULTS.successful
+    np.testing.assert_allclose(fine.ys, coarse.ys, rtol=1e-5, atol=1e-6)
+
+
 def test_pytree_state_matches_flat_state():
     def split(t, y, k):
         flat = robertson(t, jnp.concatenate([y["fast"], y["slow"]]), k)

@@ -42,7 +42,9 @@ _NOISE = 1e-3
 # The stage value base + hg k is known to no better than a few ulp of its terms: where a
 # stiff component makes |hg k| much larger than |y| (h |J| >> 1), that floor lies above a
 # tolerance relative to y, the increments stall there, and the iteration would fail at a
-# step the method takes without trouble. Increments are measured against this floor too.
+# step the method takes without trouble; so it would at tolerances finer than the dtype
+# resolves (1.4e-8 in float32, from a float64 script). Increments are measured against
+# this floor too.
 _ROUNDING_ULPS = 4
 
 
@@ -134,7 +136,9 @@ def _chord_iterations(
     def body(carry: PyTree):
         k, it, prev_size, _ = carry
         delta = jsl.lu_solve(lu, vf(t, base + hg * k, args) - k)
-        scale = jnp.maximum(settings.scale, ulp * (jnp.abs(base) + jnp.abs(hg * k)))
+        # (Divided by kappa: the iteration stops at increments of kappa x scale.)
+        floor = ulp * (jnp.abs(base) + jnp.abs(hg * k)) / settings.kappa
+        scale = jnp.maximum(settings.scale, floor)
         # A state with no components (an RMS of 0) has converged at once.
         size = rms_norm(hg * delta / scale)
         # The first iteration has no rate yet; it is accepted only when |delta| itself is
