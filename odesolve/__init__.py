@@ -105,6 +105,7 @@ from ._results import InvalidStepTimes as InvalidStepTimes
 from ._results import Result as Result
 from ._results import SolveError as SolveError
 from ._results import UnsupportedCombination as UnsupportedCombination
+from ._results import TermAndSolverIncompatible as TermAndSolverIncompatible
 from ._results import is_event as is_event
 from ._results import is_okay as is_okay
 from ._results import is_successful as is_successful

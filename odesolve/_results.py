@@ -286,6 +286,11 @@ class InvalidSaveTimes(ValueError, RuntimeError):
     Diffrax raises for it when the solve runs)."""
 
 
+class TermAndSolverIncompatible(TypeError, ValueError):
+    """Terms of a structure the solver does not take (a `TypeError`, and the `ValueError`
+    Diffrax raises for them, under this name)."""
+
+
 class UnsupportedCombination(ValueError, NotImplementedError):
     """Options that do not work together (a `ValueError`, and the `NotImplementedError`
     Diffrax raises for them)."""
@@ -305,5 +310,5 @@ COMPLEX_STATE = (
 )
 
 InvalidStepTimes.__module__ = UnsupportedCombination.__module__ = "odesolve"
-InvalidSaveTimes.__module__ = "odesolve"
+InvalidSaveTimes.__module__ = TermAndSolverIncompatible.__module__ = "odesolve"
 ComplexStateWarning.__module__ = "odesolve"

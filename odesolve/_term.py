@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 
 from ._flat import PyTree, RealScalarLike
+from ._results import TermAndSolverIncompatible
 
 _VF = TypeVar("_VF")
 _Control = TypeVar("_Control")
@@ -228,14 +229,17 @@ def _split_term(terms: Any) -> "ODETerm":
     given = terms.terms if isinstance(terms, MultiTerm) else ()
     parts = [term for term in map(_as_ode_term, given) if term is not None]
     if len(given) != 2 or len(parts) != 2:
-        # A ValueError, as Diffrax raises for terms of the wrong structure.
-        raise ValueError(
-            f"terms={terms!r}: this solver takes MultiTerm(ODETerm(explicit), "
+        raise TermAndSolverIncompatible(
+            f"{_INCOMPATIBLE}terms={terms!r}: this solver takes MultiTerm(ODETerm(explicit), "
             "ODETerm(implicit)): the non-stiff part of the field, stepped explicitly, and "
             "its stiff part, stepped implicitly (dy/dt is their sum)."
         )
     explicit, implicit = (ODETerm(_NumberEverywhere(part)) for part in parts)
     return ODETerm(SplitField((explicit, implicit)))
+
+
+# Diffrax's words for these errors, which code written for it may match.
+_INCOMPATIBLE = "Terms are not compatible with solver! "
 
 
 def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
@@ -257,17 +261,18 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
         if callable(getattr(terms, "to_ode", None)):
             # A ControlTerm: a smooth control is an ODE.
             pair = " A control term driven by a differentiable path is one: terms.to_ode()."
-        raise TypeError(
-            f"terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning dy/dt (or a "
-            f"MultiTerm of ODETerms, whose rates add).{pair}"
+        raise TermAndSolverIncompatible(
+            f"{_INCOMPATIBLE}terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning "
+            f"dy/dt (or a MultiTerm of ODETerms, whose rates add).{pair}"
         )
     is_pair = isinstance(terms, (tuple, list)) and len(terms) == 2
     if is_pair:
         terms = tuple(_as_ode_term(t) for t in terms)
     if not (is_pair and all(isinstance(t, ODETerm) for t in terms)):
-        raise TypeError(
-            f"terms={terms!r}: this solver takes a pair (ODETerm(f_1), ODETerm(f_2)) for a "
-            "state (y_1, y_2), with dy_1/dt = f_1(t, y_2, args) and dy_2/dt = f_2(t, y_1, args)."
+        raise TermAndSolverIncompatible(
+            f"{_INCOMPATIBLE}terms={terms!r}: this solver takes a pair (ODETerm(f_1), "
+            "ODETerm(f_2)) for a state (y_1, y_2), with dy_1/dt = f_1(t, y_2, args) and "
+            "dy_2/dt = f_2(t, y_1, args)."
         )
     if not (isinstance(y0, (tuple, list)) and len(y0) == 2):
         raise ValueError(

@@ -208,6 +208,14 @@ def test_solver_without_error_estimate_under_pid():
 def test_terms_not_an_ode_term():
     with pytest.raises(TypeError, match=r"terms=.*ODETerm\(f\)"):
         solve(terms=decay)
+    # As Diffrax: a ValueError too, with its words, for terms the solver does not take.
+    term = ode.ODETerm(lambda t, y, args: -y)
+    incompatible = r"^Terms are not compatible with solver! terms="
+    with pytest.raises(ode.TermAndSolverIncompatible, match=incompatible) as caught:
+        solve(terms=(term, term), y0=(jnp.ones(1), jnp.ones(1)))
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match=incompatible):
+        solve(terms=term, solver=ode.SemiImplicitEuler())
 
 
 def test_solver_not_a_solver():
