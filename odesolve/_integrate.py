@@ -135,7 +135,9 @@ def diffeqsolve(
         sol = _diffeqsolve(**call)
     if max_steps is not None and max_steps > _MOST_STEPS:
         sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
-    return raise_if_failed(sol) if throw else sol
+    # A wrong input raises whatever `throw` is, as in Diffrax (checked here when it was
+    # traced; a concrete one was refused before solving).
+    return raise_if_failed(sol, bad_inputs_only=not throw)
 
 
 def _is_number(x: Any) -> bool:

@@ -261,10 +261,29 @@ def failure_message(result: RESULTS) -> str:
     """What a user reads when a solve fails with `throw=True` ("" when it did not)."""
     if is_okay(result):
         return ""
+    if result in _INPUTS:
+        # Raised whatever `throw` is: there is no solution to hand back.
+        return f"diffeqsolve failed ({result.name}): {result.message}"
     return (
         f"diffeqsolve failed ({result.name}): {result.message} Pass throw=False to get "
         "the solution back with sol.result set instead."
     )
+
+
+# Results that say an input was wrong (a traced one, checked when the solve runs).
+_INPUTS = frozenset(
+    {
+        RESULTS.nonfinite_times,
+        RESULTS.invalid_dt0,
+        RESULTS.invalid_save_times,
+        RESULTS.invalid_step_times,
+    }
+)
+
+
+def is_bad_input(result: RESULTS) -> bool:
+    """Whether `result` says an input was wrong: raised whatever `throw` is."""
+    return result in _INPUTS
 
 
 class SolveError(eqx.EquinoxRuntimeError):

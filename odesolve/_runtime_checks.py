@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int
 from adjoints import trace_time_value
 
 from ._config import Config, Params
-from ._results import RESULTS, SolveError, failure_message, is_okay
+from ._results import RESULTS, SolveError, failure_message, is_bad_input, is_okay
 from ._solution import Solution
 from ._validate import ends_without_t1, resolution
 
@@ -62,17 +62,20 @@ def final_result(
     return jnp.where(bad, RESULTS.nonfinite_state, result)
 
 
-def raise_if_failed(sol: Solution) -> Solution:
+def raise_if_failed(sol: Solution, bad_inputs_only: bool = False) -> Solution:
     """`throw=True`. Outside any transformation the result is known here: raise one
     `SolveError` with our message. Inside one, a host callback raises it when the program
-    runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too)."""
+    runs (JAX then wraps it in its `JaxRuntimeError`, a `RuntimeError` too).
+    `bad_inputs_only` (`throw=False`): raise only for a wrong input (`is_bad_input`), as
+    Diffrax raises for one whatever `throw` is."""
     if ON_ERROR == "off":
         return sol
+    raised = lambda c: not is_okay(c) and (not bad_inputs_only or is_bad_input(c))
     code = trace_time_value(sol.result._value)
     if code is not None:
         if np.all(code == RESULTS.successful.value):  # the usual case, told at once
             return sol
-        codes = [RESULTS(int(c)) for c in np.ravel(code) if not is_okay(RESULTS(int(c)))]
+        codes = [RESULTS(int(c)) for c in np.ravel(code) if raised(RESULTS(int(c)))]
         if codes and ON_ERROR == "nan":
             return _as_nan(sol, True)
         if codes:
@@ -82,6 +85,10 @@ def raise_if_failed(sol: Solution) -> Solution:
     # `unvmap_max`): a batched callback would be unrolled into one per sample, thousands
     # of operations to compile for an ensemble.
     failed = ~is_okay(sol.result)
+    if bad_inputs_only:
+        value = sol.result._value
+        inputs = [value == c.value for c in RESULTS if is_bad_input(c)]
+        failed = failed & jnp.any(jnp.stack(inputs), axis=0)
     worst = eqxi.unvmap_max(jnp.where(failed, sol.result._value, RESULTS.successful.value))
     if ON_ERROR == "nan":
         return _as_nan(sol, worst != RESULTS.successful.value)

@@ -405,17 +405,25 @@ def test_traced_inputs_that_are_valid_succeed():
     np.testing.assert_allclose(ys[:, 0], np.exp(-np.asarray(GOOD_TS)), rtol=1e-6)
 
 
+# A wrong input raises whatever `throw` is, as in Diffrax: there is no solution to hand
+# back (with `throw=False` it had returned rows of inf, silently, inside a `lax.scan`).
+# (A failed callback reaches the caller as JAX's `JaxRuntimeError`, or as a ValueError
+# when it surfaces while waiting for the result.)
+WRONG_INPUT = (ode.SolveError, jax.errors.JaxRuntimeError, ValueError)
+
+
 @pytest.mark.parametrize("t1, dt0", [(1.0, -0.1), (1.0, 0.0), (-1.0, 0.1)])
 def test_traced_dt0_pointing_the_wrong_way_is_invalid_dt0(t1, dt0):
     save_ts = jnp.array([0.0, 0.0]) if t1 > 0 else jnp.array([-0.2, -0.5])
-    result, _ = traced_solve(jnp.asarray(t1), jnp.asarray(dt0), save_ts)
-    assert result == ode.RESULTS.invalid_dt0
+    with pytest.raises(WRONG_INPUT, match=r"invalid_dt0.*wrong way") as caught:
+        jax.block_until_ready(traced_solve(jnp.asarray(t1), jnp.asarray(dt0), save_ts))
+    assert "throw=False" not in str(caught.value)
 
 
 @pytest.mark.parametrize("save_ts", [[0.5, 0.2], [0.5, 1.5], [-0.1, 0.5]])
 def test_traced_bad_save_ts_are_invalid_save_times(save_ts):
-    result, _ = traced_solve(jnp.asarray(1.0), jnp.asarray(0.1), jnp.array(save_ts))
-    assert result == ode.RESULTS.invalid_save_times
+    with pytest.raises(WRONG_INPUT, match=r"invalid_save_times"):
+        jax.block_until_ready(traced_solve(jnp.asarray(1.0), jnp.asarray(0.1), jnp.array(save_ts)))
 
 
 def test_traced_bad_dt0_raises_at_run_time_with_throw_true():
