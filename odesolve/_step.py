@@ -209,6 +209,7 @@ def _attempt(
             args=params.args,
             with_error=config.needs_error,
             context=step_context(config, params),
+            t1=t1,
         )
     )
 

@@ -100,6 +100,9 @@ class StepInput(eqx.Module):
     - `with_error`: whether to return an error estimate (static; the loop asks for one
       when the controller reads it).
     - `context`: what the loop tells beyond the step (`StepContext`), or None.
+    - `t1`: where the step ends exactly (t0 + h up to its rounding), or None for t0 + h:
+      a stage at its end is evaluated there, as Diffrax evaluates it, so that a field
+      with a jump at the step's end reads its value there.
     """
 
     vf: StepField
@@ -111,6 +114,7 @@ class StepInput(eqx.Module):
     args: PyTree
     with_error: bool = eqx.field(static=True)
     context: StepContext | None
+    t1: Float[Array, ""] | None = None
 
 
 class RetreatInput(eqx.Module):
@@ -281,6 +285,7 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
             args=args,
             with_error=self.adaptive,
             context=context,
+            t1=end,
         )
         try:
             out = self.advance(step)

@@ -71,7 +71,9 @@ def implicit_step(
     frozen_vf, frozen_args, frozen_t0, frozen_y0 = frozen((vf, args, t0, y0))
     hg = h * jnp.asarray(tableau.gamma, h.dtype)
     lu = lu_factor(jacobian(frozen_vf, frozen_t0, frozen_y0, frozen_args), lax.stop_gradient(hg))
-    ks, failed = _implicit_stages(tableau, vf, args, t0, h, hg, y0, k0, lu, settings, jacobian)
+    # Each stage's time, the step's end itself for c = 1 (see `StagesInput.stage_time`).
+    times = jnp.stack([jnp.asarray(given.stage_time(c), h.dtype) for c in tableau.c])
+    ks, failed = _implicit_stages(tableau, vf, args, times, h, hg, y0, k0, lu, settings, jacobian)
     y1 = y0 + h * (jnp.asarray(tableau.b, y0.dtype) @ ks)  # = the last stage value
     y_error = None
     if adaptive:
@@ -86,7 +88,7 @@ def _implicit_stages(
     tableau,
     vf: Field,
     args: PyTree,
-    t0: Float[Array, ""],
+    times: Float[Array, " s"],
     h: Float[Array, ""],
     hg: Float[Array, ""],
     y0: Float[Array, " n"],
@@ -110,7 +112,7 @@ def _implicit_stages(
         k, ok, lu = solve_stage(
             vf,
             args,
-            t0 + jnp.asarray(tableau.c, h.dtype)[i] * h,
+            times[i],
             hg,
             y0 + h * (jnp.asarray(a, dtype)[i] @ ks),
             guess=lax.stop_gradient(ks[i - 1]),

@@ -56,6 +56,7 @@ class StagesInput(eqx.Module):
     - `args`: the user's `args`, passed to `vf`.
     - `with_error`: whether to return an error estimate (static).
     - `context`: what the loop tells beyond the step (`StepContext`), or None.
+    - `t1`: where the step ends exactly, or None for t0 + h (see `StepInput`).
     """
 
     vf: Field
@@ -66,6 +67,14 @@ class StagesInput(eqx.Module):
     args: PyTree
     with_error: bool = eqx.field(static=True)
     context: StepContext | None
+    t1: Float[Array, ""] | None = None
+
+    def stage_time(self, c: float) -> Float[Array, ""]:
+        """Where the stage at fraction `c` of the step is evaluated: the step's end itself
+        for c = 1, as Diffrax evaluates it."""
+        if c == 1 and self.t1 is not None:
+            return self.t1
+        return self.t0 + c * self.h
 
 
 class Stages(eqx.Module):
@@ -82,7 +91,7 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     """Take one step of `tableau` given k0 = f(t0, y0). `last_stage=False`: a first
     same as last tableau's last stage, f(t1, y1), is only wanted for the error estimate,
     so is not evaluated without one. Explicit stages need no `given.context`."""
-    vf, t0, h, y0, args = given.vf, given.t0, given.h, given.y0, given.args
+    vf, h, y0, args = given.vf, given.h, given.y0, given.args
     with_error = given.with_error
     ks = [given.k0]
     stage_y = y0
@@ -92,7 +101,7 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
         stage_y = _combine(y0, hy, row, ks)
         if i == rows - 1 and tableau.fsal and not (last_stage or with_error):
             break
-        ks.append(vf(t0 + ci * h, stage_y, args))
+        ks.append(vf(given.stage_time(ci), stage_y, args))
     # FSAL: the last stage was evaluated at y1 itself; reuse it rather than recombine.
     y1 = stage_y if tableau.fsal else _combine(y0, hy, tableau.b, ks)
     y_error = None
@@ -199,6 +208,7 @@ class AbstractTableauMethod(AbstractSolver):
                 args=step.args,
                 with_error=step.with_error,
                 context=step.context,
+                t1=step.t1,
             )
         )
         dense = tuple(out.ks[i] for i in self.tableau.interp_stages)

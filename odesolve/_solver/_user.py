@@ -210,7 +210,8 @@ class UserSolver(AbstractWrappedSolver):
         assert context is not None and context.spec is not None  # the loop gives both
         spec, d = context.spec, context.direction
         t0, h, y0 = step.t0, step.h, step.y0
-        ta, tb = d * t0, d * (t0 + h)
+        # The step's end itself, as Diffrax hands it to a step (t0 + h up to rounding).
+        ta, tb = d * t0, d * (t0 + h if step.t1 is None else step.t1)
         jump = jnp.asarray(False) if step.made_jump is None else step.made_jump
         y1, y_error, dense_info, new_state, result = self.solver.step(
             _user_terms(step.vf, spec, d), ta, tb, spec.unravel(y0), step.args, step.state, jump
