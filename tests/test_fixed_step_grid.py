@@ -45,3 +45,27 @@ def test_a_control_switched_at_grid_times_reads_the_same_piece_differentiated(ti
     loss = lambda u: jnp.sum(_solve(ode, u, times_as_arrays) ** 2)
     value, _ = jax.jit(jax.value_and_grad(loss))(controls)
     np.testing.assert_array_equal(value, jnp.sum(plain**2))
+
+
+def test_the_stages_at_a_steps_end_are_evaluated_at_that_end():
+    # 0.07 + (0.89 - 0.07) is 0.8900000000000001: the stages at c = 1 are evaluated at
+    # the step's end itself, as Diffrax evaluates them (a field with a jump there reads the
+    # same side in both).
+    def stage_times(lib):
+        seen = []
+
+        def field(t, y, args):
+            jax.debug.callback(lambda t: seen.append(float(t)), t, ordered=True)
+            return -y
+
+        ends = jnp.array([0.07, 0.89])
+        lib.diffeqsolve(
+            lib.ODETerm(field), lib.Tsit5(), 0.07, 0.89, None, jnp.array([1.0]),
+            stepsize_controller=lib.StepTo(ends),
+        )  # fmt: skip
+        jax.effects_barrier()
+        return sorted(set(seen))
+
+    ours = stage_times(ode)
+    assert max(ours) == 0.89
+    assert ours == stage_times(diffrax)
