@@ -244,7 +244,10 @@ def _emit_save_time(
     if min(most, ts.shape[0] - 1) > 1:
         return _emit_save_times(s, ts, now, times, most)
     due = now.t >= s.next_save
-    t0, t1, t = times(now.row[0], now.t, s.next_save)
+    # Not due (an emit for dense output, or past the last save time: the inf sentinel),
+    # it is evaluated at the step's end, as in `_emit_save_times`: an infinite time would
+    # make its scratch write's derivative 0 x inf = NaN.
+    t0, t1, t = times(now.row[0], now.t, jnp.where(due, s.next_save, now.t))
     value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
     write = Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value)
     index = s.ts_index + due.astype(jnp.int32)
