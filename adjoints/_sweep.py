@@ -91,9 +91,14 @@ def scratch_writes(
     return tuple(one(b, w) for b, w in zip(buffers, shapes, strict=True))
 
 
+class UnboundedLoop(ValueError, RuntimeError):
+    """Reverse mode asked of a loop with no bound on its steps (a `ValueError`, and the
+    `RuntimeError` Diffrax raises for it)."""
+
+
 def num_ticks_bound(loop: Loop) -> int:
     if loop.max_steps is None:
-        raise ValueError(
+        raise UnboundedLoop(
             "reverse-mode differentiation needs a bound on the number of steps: pass an "
             "integer max_steps (or use adjoint=BacksolveAdjoint())."
         )

@@ -200,6 +200,16 @@ def test_saving_steps_needs_max_steps():
         solve(max_steps=None, saveat=ode.SaveAt(steps=True))
 
 
+def test_reverse_mode_without_a_bound_on_the_steps_says_to_pass_one():
+    # A ValueError, and the RuntimeError Diffrax raises (`except RuntimeError` catches it).
+    field = ode.ODETerm(lambda t, y, k: -k * y)
+    loss = lambda k: jnp.sum(solve(terms=field, args=k, max_steps=None).ys)
+    with pytest.raises(RuntimeError, match=r"needs a bound on the number of steps.*max_steps"):
+        jax.grad(loss)(1.0)
+    with pytest.raises(ValueError, match=r"needs a bound"):
+        jax.grad(loss)(1.0)
+
+
 def test_solver_without_error_estimate_under_pid():
     with pytest.raises(ValueError, match=r"Euler has no error estimate.*PIDController"):
         solve(solver=ode.Euler(), stepsize_controller=ode.PIDController(rtol=1e-3, atol=1e-3))
