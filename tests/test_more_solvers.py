@@ -71,6 +71,19 @@ def test_adaptive_steps_reach_the_tolerance(name):
     assert int(sol.stats["num_steps"]) < 4000
 
 
+def test_half_steps_of_a_method_with_a_stage_at_the_end_take_diffraxs_steps():
+    # Tsit5's last stage is at the end of each half step (c = 1), which is the middle of
+    # the whole step for the first half, not the whole step's end.
+    pid = lambda lib: lib.PIDController(rtol=1e-8, atol=1e-8)
+    sol = solve(ode.HalfSolver(ode.Tsit5()), 0.01, stepsize_controller=pid(ode))
+    ref = diffrax.diffeqsolve(
+        diffrax.ODETerm(field), diffrax.HalfSolver(diffrax.Tsit5()), 0.0, 4.0, 0.01,
+        jnp.asarray([1.0, 0.5]), 1.0, stepsize_controller=pid(diffrax),
+    )  # fmt: skip
+    assert int(sol.stats["num_steps"]) == int(ref.stats["num_steps"])
+    np.testing.assert_allclose(sol.ys, ref.ys, rtol=1e-12)
+
+
 def test_a_method_without_an_error_estimate_suggests_halfsolver():
     with pytest.raises(ValueError, match="HalfSolver"):
         solve(ode.LeapfrogMidpoint(), 0.1, stepsize_controller=ode.PIDController(1e-6, 1e-6))

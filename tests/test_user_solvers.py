@@ -349,15 +349,17 @@ def own_term_solvers(lib):
         def prod(self, vf, control):
             return None
 
-    class Decay(lib.AbstractSolver):
-        term_structure = Placeholder
+    class Stateless(lib.AbstractSolver):
         interpolation_cls = lib.LocalLinearInterpolation
-
-        def order(self, terms):
-            return 1
 
         def init(self, terms, t0, t1, y0, args):
             return None
+
+    class Decay(Stateless):
+        term_structure = Placeholder
+
+        def order(self, terms):
+            return 1
 
         def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
             y1 = y0 / (1 + args * (t1 - t0))
@@ -378,15 +380,11 @@ def own_term_solvers(lib):
         def prod(self, vf, control):
             return vf * control
 
-    class MagnusEuler(lib.AbstractSolver):
+    class MagnusEuler(Stateless):
         term_structure = Generator
-        interpolation_cls = lib.LocalLinearInterpolation
 
         def order(self, terms):
             return 2
-
-        def init(self, terms, t0, t1, y0, args):
-            return None
 
         def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
             control = terms.contr(t0, t1)

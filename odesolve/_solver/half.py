@@ -52,12 +52,13 @@ class HalfSolver(AbstractWrappedSolver):
         inner = self.solver.advance
         h, made_jump = step.h, step.made_jump
         half = 0.5 * h
-        first = inner(replace(step, h=half, with_error=False))
+        middle = step.t0 + half  # where the first half ends and the second starts
+        first = inner(replace(step, h=half, t1=middle, with_error=False))
         no_jump = None if made_jump is None else jnp.zeros_like(made_jump)
         second = inner(
             replace(
                 step,
-                t0=step.t0 + half,
+                t0=middle,
                 h=h - half,
                 y0=first.y1,
                 state=first.state,
