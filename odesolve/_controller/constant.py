@@ -33,11 +33,12 @@ class AbstractFixedStepController(AbstractStepSizeController):
 
 
 class ConstantStepSize(AbstractFixedStepController):
-    """n = ceil((t1 - t0) / dt0) steps, of size dt0 when it divides t1 - t0, placed as
-    Diffrax 0.7 places them: the first ends at t0 + dt0, step k > 1 at t0 + (t1 - t0) k/n
-    rather than at a running sum of dt0, so rounding errors do not accumulate (a dt0 that
-    does not divide the span gives a first step of dt0 and n - 1 shorter ones). With
-    t1 = inf (an event ends the solve) step k ends at t0 + k dt0.
+    """n = ceil((t1 - t0) / dt0) equal steps: of size dt0 when it divides t1 - t0.
+
+    Step k ends at t0 + (t1 - t0) (k+1)/n rather than at a running sum of dt0, so rounding
+    errors do not accumulate. Unlike Diffrax, which steps by dt0 and shortens the last
+    step, a dt0 that does not divide the span gives n steps slightly shorter than dt0.
+    With t1 = inf (an event ends the solve) step k ends at t0 + (k+1) dt0.
     """
 
     def wrap(self, direction: Float[Array, ""]) -> "ConstantStepSize":
@@ -89,9 +90,7 @@ class ConstantStepSize(AbstractFixedStepController):
             fraction = k_ / jnp.maximum(n, jnp.asarray(k) + 1).astype(t0.dtype)
         else:
             fraction = k_ * reciprocal
-        # As Diffrax: the first step is dt0 itself (the grid's first point when dt0
-        # divides t1 - t0, a longer step when it does not).
-        end = jnp.where(jnp.asarray(k) == 1, t0 + dt0, t0 + (t1 - t0) * fraction)
+        end = t0 + (t1 - t0) * fraction
         unbounded = t0 + k_ * dt0  # t1 = inf
         return jnp.where(jnp.isfinite(t1), jnp.where(k >= n, t1, end), unbounded)
 
