@@ -69,3 +69,22 @@ def test_the_stages_at_a_steps_end_are_evaluated_at_that_end():
     ours = stage_times(ode)
     assert max(ours) == 0.89
     assert ours == stage_times(diffrax)
+
+
+def test_fixed_steps_under_vmap_with_each_samples_own_interval():
+    # Diffrax's latent ODE example: each sample from its own t0 to its own t1 under vmap,
+    # dt0 = 0.1 not dividing them. Every sample takes its ceil((t1 - t0) / dt0) steps: a
+    # grid point computed an ulp apart where it is proposed and where it is reached had
+    # stalled a sample's step count and ended its solve in step_size_underflow.
+    t0s = jnp.array([0.6523107290267944, 0.10599008947610855, 0.02119259722530842])
+    t1s = jnp.array([2.896498680114746, 2.6632914543151855, 2.221986770629883])
+
+    def one(t0, t1):
+        sol = ode.diffeqsolve(ode.ODETerm(lambda t, y, a: -y), ode.Tsit5(), t0, t1, 0.1,
+                              jnp.ones(2), throw=False)  # fmt: skip
+        return sol.result == ode.RESULTS.successful, sol.stats["num_steps"], sol.ys[-1, 0]
+
+    ok, steps, y1 = jax.vmap(one)(t0s.astype(jnp.float32), t1s.astype(jnp.float32))
+    assert np.all(ok)
+    np.testing.assert_array_equal(steps, np.ceil((t1s - t0s) / 0.1).astype(int))
+    np.testing.assert_allclose(y1, np.exp(-(t1s - t0s)), rtol=1e-5)
