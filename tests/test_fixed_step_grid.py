@@ -80,8 +80,9 @@ def test_fixed_steps_under_vmap_with_each_samples_own_interval():
     t1s = jnp.array([2.896498680114746, 2.6632914543151855, 2.221986770629883])
 
     def one(t0, t1):
+        saveat = ode.SaveAt(ts=jnp.linspace(t0, t1, 5))
         sol = ode.diffeqsolve(ode.ODETerm(lambda t, y, a: -y), ode.Tsit5(), t0, t1, 0.1,
-                              jnp.ones(2), throw=False)  # fmt: skip
+                              jnp.ones(2, jnp.float32), saveat=saveat, throw=False)  # fmt: skip
         return sol.result == ode.RESULTS.successful, sol.stats["num_steps"], sol.ys[-1, 0]
 
     ok, steps, y1 = jax.vmap(one)(t0s.astype(jnp.float32), t1s.astype(jnp.float32))
