@@ -161,7 +161,7 @@ def initial_state(layout: Layout, save_ts: tuple) -> SaveState:
     outputs = tuple(
         OutputState(
             zero if o.has_ts else None,
-            ts[0] if o.has_ts else None,
+            _save_time(ts, zero) if o.has_ts else None,
             no if o.every else None,
             zero if o.every else None,
         )
@@ -186,7 +186,7 @@ def pending(state: SaveState, t: Array) -> Bool[Array, ""]:
     due = jnp.asarray(False)
     for s in state.outputs:
         if s.next_save is not None:
-            due = due | (t >= s.next_save)
+            due = due | _due(t, s.next_save)
         if s.steps_due is not None:
             due = due | s.steps_due
     if state.dense_due is not None:
@@ -235,6 +235,23 @@ def emit(
     return SaveState(tuple(outputs), dense_due, dense_row), tuple(writes)
 
 
+def _save_time(ts: Array, index: Int[Array, "*n"]) -> Array:
+    """The save time at `index`; inf once every save time is done, whatever `ts` holds
+    (see `_due`)."""
+    last = ts.shape[0] - 1
+    return jnp.where(index < last, ts[jnp.minimum(index, last)], jnp.inf)
+
+
+def _due(t: Array, at: Array) -> Bool[Array, "*n"]:
+    """Whether a save time `at` (inf: none left) is due at `t`.
+
+    Neither the count of save times nor this test rely on what the arrays hold: the loop
+    may run on arrays that are not a solve's (Optimistix's Levenberg-Marquardt applies the
+    linearised solve of its all-zero initial state once) and must still end, at t = inf
+    too."""
+    return (t >= at) & (at < jnp.inf)
+
+
 def _emit_save_time(
     s: OutputState, ts: Array, now: Moment, times: Callable, most: int
 ) -> tuple[OutputState, Write]:
@@ -243,15 +260,15 @@ def _emit_save_time(
     assert s.next_save is not None and s.ts_index is not None
     if min(most, ts.shape[0] - 1) > 1:
         return _emit_save_times(s, ts, now, times, most)
-    due = now.t >= s.next_save
-    # Not due (an emit for dense output, or past the last save time: the inf sentinel),
-    # it is evaluated at the step's end, as in `_emit_save_times`: an infinite time would
-    # make its scratch write's derivative 0 x inf = NaN.
+    due = _due(now.t, s.next_save)
+    # A save time not due (an emit for dense output, or every one done) is evaluated at
+    # the step's end, as in `_emit_save_times`: an infinite time would make its scratch
+    # write's derivative 0 x inf = NaN.
     t0, t1, t = times(now.row[0], now.t, jnp.where(due, s.next_save, now.t))
     value = _interpolation.on_step(now.table, (t0, *now.row[1:]), t1, t)
     write = Write(jnp.where(due, s.ts_index, ts.shape[0] - 1), value)
     index = s.ts_index + due.astype(jnp.int32)
-    return OutputState(index, ts[index], s.steps_due, s.steps_row), write
+    return OutputState(index, _save_time(ts, index), s.steps_due, s.steps_row), write
 
 
 def _emit_save_times(
@@ -263,10 +280,10 @@ def _emit_save_times(
     scratch = ts.shape[0] - 1
     block = min(scratch, most)
     rows = s.ts_index + jnp.arange(block, dtype=jnp.int32)
-    # Past the last save time, the inf sentinel: never due. Save times are sorted, so
-    # those due come first.
-    at = ts[jnp.minimum(rows, scratch)]
-    due = now.t >= at
+    # Past the last save time: inf, never due. Save times are sorted, so those due come
+    # first.
+    at = _save_time(ts, rows)
+    due = _due(now.t, at)
     # A time not due is evaluated at the step's end instead: the interpolant at a later
     # time (inf past the last) would give its scratch write an infinite derivative.
     t0, t1, t = times(now.row[0], now.t, jnp.where(due, at, now.t))
@@ -277,7 +294,7 @@ def _emit_save_times(
     value = jnp.stack([on_step(t[i]) for i in range(block)])
     write = Write(jnp.where(due, rows, scratch), value)
     index = s.ts_index + jnp.sum(due, dtype=jnp.int32)
-    return OutputState(index, ts[index], s.steps_due, s.steps_row), write
+    return OutputState(index, _save_time(ts, index), s.steps_due, s.steps_row), write
 
 
 def _emit_step(o: Output, s: OutputState, now: Moment, scratch: int) -> tuple[OutputState, Write]:
