@@ -256,6 +256,39 @@ def test_backwards_dense_output():
     np.testing.assert_allclose(slopes, np.cos(ts) * backwards_exact(ts), rtol=1e-5, atol=1e-6)
 
 
+def _dense_beside_ts(lib, k, adjoint=None):
+    kwargs = {} if adjoint is None else dict(adjoint=adjoint)
+    saveat = lib.SaveAt(ts=jnp.array([0.5, 1.0]), dense=True)
+    sol = lib.diffeqsolve(lib.ODETerm(lambda t, y, k: -k * y), lib.Tsit5(), 0.0, 3.0, 0.05,
+                          jnp.array([1.0, 0.5]), k, saveat=saveat, **kwargs)  # fmt: skip
+    # Diffrax's `derivative` takes one time at a time.
+    slopes = sum(jnp.sum(sol.derivative(t)) for t in (0.3, 2.9))
+    return jnp.sum(sol.ys) + jnp.sum(sol.evaluate(2.5)) + slopes
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("order", ["jacrev", "vmap(grad)", "jit(vmap(grad))", "jvp", "hessian"])
+def test_dense_output_beside_save_times_in_every_order(order):
+    """Save times, `evaluate` and `derivative` of one solve, differentiated in each order
+    users write, against Diffrax."""
+    ks = jnp.array([0.5, 0.7])
+    run = {
+        "jacrev": lambda lib: jax.jacrev(lambda k: _dense_beside_ts(lib, k))(ks),
+        "vmap(grad)": lambda lib: jax.vmap(jax.grad(lambda k: _dense_beside_ts(lib, k)))(ks),
+        "jit(vmap(grad))": lambda lib: jax.jit(
+            jax.vmap(jax.grad(lambda k: _dense_beside_ts(lib, k)))
+        )(ks),
+        "jvp": lambda lib: jax.jvp(
+            lambda k: _dense_beside_ts(lib, k, lib.ForwardMode()), (0.5,), (1.0,)
+        ),
+        "hessian": lambda lib: jax.hessian(lambda k: _dense_beside_ts(lib, k, lib.DirectAdjoint()))(
+            0.5
+        ),
+    }[order]
+    for ours, theirs in zip(jax.tree.leaves(run(ode)), jax.tree.leaves(run(diffrax))):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
 @pytest.mark.parametrize("solver", [ode.Tsit5(), ode.Dopri5(), ode.Dopri8()], ids=type)
 def test_float32_dense_output_is_its_interpolant_to_rounding(solver):
     """`evaluate` and `derivative` in float32 against the same interpolant (the float32
