@@ -235,6 +235,7 @@ def test_user_solver_forward_mode_equals_reverse_mode():
     solver = heun(ode)()
     a = jnp.asarray(0.7)
     saveat = ode.SaveAt(t1=True)
+
     def fixed(a, adjoint):
         sol = _solve(ode, solver, _forced, _Y0, ode.ConstantStepSize(), saveat, a, adjoint=adjoint)
         return sol.ys["v"][0]
@@ -414,14 +415,34 @@ def _own_term_gradient(lib, which):
     return jax.value_and_grad(loss, argnums=(0, 1))(1.3, 0.4)
 
 
+def _own_term_by_hand(which, a, c):
+    """`_own_term_solve`'s save times written out: the solver's own `step` over the 20
+    steps of 0.1, then its linear interpolation at the save times."""
+    term, solver = own_term_solvers(ode)[which]
+    terms, step = (term() if which == 0 else term(a)), solver().step
+    y0 = jnp.array([1.0, 0.5])
+
+    def one(y, n):
+        y = step(terms, 0.1 * n, 0.1 * (n + 1), y, c, None, False)[0]
+        return y, y
+
+    grid = jnp.linspace(0.0, 2.0, 21)
+    ys = jnp.concatenate([y0[None], lax.scan(one, y0, jnp.arange(20.0))[1]])
+    ts = jnp.linspace(0.0, 2.0, 4)
+    return jnp.stack([jnp.interp(ts, grid, ys[:, i]) for i in range(2)], axis=1)
+
+
 def test_a_user_solver_steps_with_its_own_terms_as_diffrax():
     """Diffrax hands a solver the terms it was given; a term whose `vf` is no ODE's
     (a placeholder returning None, a matrix generator) reaches the solver as it is,
-    and its arrays receive gradients. Backwards, the step is given real times, as any
-    user solver's (see above): `Decay`, whose step reads t1 - t0 itself, takes 20 steps
-    of implicit Euler of size -0.1 (Diffrax's would step forwards in internal time)."""
+    and its arrays receive gradients: against the solver's steps taken by hand (and
+    Diffrax, under -m matrix). Backwards, the step is given real times, as any user
+    solver's (see above): `Decay`, whose step reads t1 - t0 itself, takes 20 steps of
+    implicit Euler of size -0.1 (Diffrax's would step forwards in internal time)."""
     for which in (0, 1):
-        _close(_own_term_gradient(ode, which), _own_term_gradient(diffrax, which), 1e-12)
+        by_hand = lambda a, c, which=which: jnp.sum(_own_term_by_hand(which, a, c) ** 2)
+        expected = jax.jit(jax.value_and_grad(by_hand, argnums=(0, 1)))(1.3, 0.4)
+        _close(_own_term_gradient(ode, which), expected, 1e-12)
     backwards = _own_term_solve(ode, 0, None, 0.4, -2.0).ys[-1]
     _close(backwards, jnp.array([1.0, 0.5]) / (1 - 0.04) ** 20, 1e-12)
 
@@ -430,7 +451,10 @@ def test_a_user_solver_steps_with_its_own_terms_as_diffrax():
 def test_own_terms_backwards_batched_and_in_forward_mode():
     """The generator's solve backwards against Diffrax (its step goes through the term,
     so internal and real times agree), per-sample gradients of the term's own array
-    under `jit(vmap(grad))`, and forward mode against reverse mode."""
+    under `jit(vmap(grad))`, and forward mode against reverse mode; forwards, both
+    solvers' gradients against Diffrax's."""
+    for which in (0, 1):
+        _close(_own_term_gradient(ode, which), _own_term_gradient(diffrax, which), 1e-12)
     loss = lambda lib, a, t1=2.0: jnp.sum(_own_term_solve(lib, 1, a, 0.4, t1).ys ** 2)
     backwards = lambda lib: jax.value_and_grad(lambda a: loss(lib, a, -2.0))(1.3)
     _close(backwards(ode), backwards(diffrax), 1e-12)
