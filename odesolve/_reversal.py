@@ -21,6 +21,7 @@ import dataclasses
 
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax import lax
 from jaxtyping import Array, PyTree
 
 from adjoints import Reversal
@@ -165,7 +166,7 @@ def _previous_row(
     """The interpolant of the step that ended at (t, y, z) and started at `t_prev`,
     rebuilt by undoing it, and the solver state it started from (whole where the
     solver keeps nothing, `kept`). A step of no length (the loop's start, or a rejected
-    step before) left a row no emit reads: it is rebuilt as (t, y, zeros), from z."""
+    step before) left the row of the loop's start (see `_step.empty_row`)."""
     t0, t1 = _step.times(config, t_prev, t)
     h = t1 - t0
     y0, z0, dense = solver.retreat(
@@ -181,7 +182,10 @@ def _previous_row(
     )
     moved = h != 0
     y0 = jnp.where(moved, y0, y)
-    dense = tuple(jnp.where(moved, d, jnp.zeros_like(d)) for d in dense)
+    # A row of no length is the loop's start, which a save time at t0 reads: its dense
+    # vectors are each the slope there (see `_step.empty_row`), evaluated only for it.
+    start = lambda: _step.empty_row(config, t0, y, params.vf(t0, y, params.args))[2]
+    dense = lax.cond(moved, lambda: tuple(dense), start)
     return (t_prev, y0, dense), _tree_where(moved, z0, z)
 
 

@@ -173,7 +173,7 @@ def initial_state(
         num_steps=zero,
         num_accepted=zero,
         result=jnp.asarray(result, jnp.int32),
-        row=_empty_row(config, t0, y0) if config.carries_row else None,
+        row=empty_row(config, t0, y0, k0) if config.carries_row else None,
         saving=_saving.initial_state(config.saving, params.save_ts),
         event=event,
         meter_last=meter_last,
@@ -181,8 +181,13 @@ def initial_state(
     )
 
 
-def _empty_row(config: Config, t0: Float[Array, ""], y0: Float[Array, " n"]) -> tuple:
-    return (t0, y0, tuple(jnp.zeros_like(y0) for _ in config.table))
+def empty_row(
+    config: Config, t0: Float[Array, ""], y0: Float[Array, " n"], k0: Float[Array, " n"]
+) -> tuple:
+    """The row before the first step: of no length, with dense vectors whose slope at its
+    start is k0 (each is k0, the weights' slopes at 0 summing to 1), so that a save time
+    at t0 has the derivative in time (see `_interpolation.on_step`)."""
+    return (t0, y0, tuple(k0 for _ in config.table))
 
 
 def keep_going(config: Config, params: Params, state: State) -> Bool[Array, ""]:

@@ -256,6 +256,33 @@ def test_backwards_dense_output():
     np.testing.assert_allclose(slopes, np.cos(ts) * backwards_exact(ts), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "backwards", [False, pytest.param(True, marks=pytest.mark.matrix)], ids=["fwd", "bwd"]
+)
+def test_a_save_time_at_t0_has_its_derivative_in_time(backwards):
+    """ys[0] at ts[0] == t0 is y0, and moves with ts[0] (by f(t0, y0)) and with t0 (by
+    -f(t0, y0), ts held): the saved value before the first step carries the solve's
+    initial slope, as the first step's interpolant does in Diffrax. It was zero."""
+    t0, t1 = (1.0, 0.0) if backwards else (0.0, 1.0)
+    ts, y0 = jnp.linspace(t0, t1, 4), jnp.array([1.0, 2.0])
+
+    def first(t0, ts, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, a: -0.5 * y), ode.Tsit5(), t0, t1, t1 - t0, y0,
+            saveat=ode.SaveAt(ts=ts), stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+            adjoint=adjoint,
+        )  # fmt: skip
+        return sol.ys[0]
+
+    slope, at_t0 = -0.5 * y0, jnp.zeros(4).at[0].set(1.0)
+    by_ts = jax.jacrev(lambda ts: first(t0, ts, ode.RecursiveCheckpointAdjoint()))(ts)
+    np.testing.assert_allclose(by_ts, slope[:, None] * at_t0, atol=1e-12)
+    tangent = jax.jvp(lambda ts: first(t0, ts, ode.ForwardMode()), (ts,), (at_t0,))[1]
+    np.testing.assert_allclose(tangent, slope, rtol=1e-12)
+    by_t0 = jax.jacrev(lambda t0: first(t0, ts, ode.RecursiveCheckpointAdjoint()))(t0)
+    np.testing.assert_allclose(by_t0, -slope, rtol=1e-12)
+
+
 def _dense_beside_ts(lib, k, adjoint=None):
     kwargs = {} if adjoint is None else dict(adjoint=adjoint)
     saveat = lib.SaveAt(ts=jnp.array([0.5, 1.0]), dense=True)
