@@ -2,10 +2,14 @@
 forward and reverse mode (and forward-over-reverse: Hessians).
 
 Ticks run in blocks of about sqrt(bound); each block is rematerialised in reverse mode
-(`jax.checkpoint`), so memory is O(sqrt(bound)) carries and buffers. Every call costs the
-full bound of ticks: ticks after the loop has finished are skipped by `lax.cond`, which
-`vmap` turns into a select, so prefer the default adjoint for reverse mode and
-`ForwardMode` for forward mode when speed matters.
+(`jax.checkpoint`), so memory is O(sqrt(bound)) carries. The output buffers are not
+carried: each tick's writes are the scans' outputs, stored into the buffers once the
+loop is over, so that neither the blocks' checkpoints nor the reverse sweep copy a
+buffer per block or per tick. Unbatched, a block after the loop has ended is skipped
+whole, so a call costs the blocks its ticks reach; under `vmap` the skip would be a
+select and every call costs the full bound of ticks (those after a sample has finished
+skipped by a `lax.cond`, which `vmap` also turns into a select), so prefer the default
+adjoint for reverse mode and `ForwardMode` for forward mode when speed matters.
 """
 
 import functools
@@ -13,11 +17,12 @@ import math
 
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jax import lax
-from jaxtyping import PyTree
+from jaxtyping import Array, PyTree
 
 from ._decided import DECISION, decided
-from ._loop import Buffers, Loop, Plain, Write, apply_writes, run_plain
+from ._loop import Buffers, Loop, Plain, Write, run_plain, scratch_row
 from ._sweep import num_ticks_bound, scratch_writes
 
 
@@ -46,17 +51,35 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
             new = loop.replay(new, decision, jnp.asarray(True))
         return new, writes
 
-    def tick(state: Plain, _: None) -> tuple[Plain, None]:
-        carry, bufs = state
-        carry, writes = lax.cond(loop.going(params, carry), step, lambda c: (c, scratch), carry)
-        return (carry, apply_writes(bufs, writes)), None
+    def tick(carry: PyTree, _: None) -> tuple[PyTree, tuple[Write, ...]]:
+        return lax.cond(loop.going(params, carry), step, lambda c: (c, scratch), carry)
+
+    idle = jtu.tree_map(lambda x: jnp.broadcast_to(x, (block, *jnp.shape(x))), scratch)
 
     @functools.partial(
         jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(DECISION)
     )
-    def run_block(state: Plain, _: None) -> tuple[Plain, None]:
-        state, _ = lax.scan(tick, state, None, length=block)
-        return state, None
+    def run_block(carry: PyTree, _: None) -> tuple[PyTree, tuple[Write, ...]]:
+        ticks = lambda c: lax.scan(tick, c, None, length=block)
+        if loop.batch_size > 1:
+            return ticks(carry)
+        return lax.cond(loop.going(params, carry), ticks, lambda c: (c, idle), carry)
 
-    (final, buffers), _ = lax.scan(run_block, (init, buffers), None, length=blocks)
-    return final, buffers
+    final, writes = lax.scan(run_block, init, None, length=blocks)
+    return final, tuple(_store(b, w) for b, w in zip(buffers, writes, strict=True))
+
+
+def _store(buffer: PyTree, writes: Write) -> PyTree:
+    """`buffer` with every tick's `writes` (stacked on leading axes) stored, as applying
+    them in order would: where ticks write the same row, the last one's value."""
+    rows = jnp.ravel(writes.row)
+    scratch = scratch_row(buffer)
+    order = jnp.arange(rows.shape[0], dtype=jnp.int32)
+    last = jnp.full((scratch + 1,), -1, jnp.int32).at[rows].max(order)
+    rows = jnp.where(last[rows] == order, rows, scratch)
+
+    def put(b: Array, v: Array) -> Array:
+        v = jnp.reshape(v, (rows.shape[0], *b.shape[1:])).astype(b.dtype)
+        return b.at[rows].set(v, mode="promise_in_bounds")
+
+    return jtu.tree_map(put, buffer, writes.value)
