@@ -463,10 +463,13 @@ def _finish(
     )
     if config.meter.active:
         config.meter.close(config.meter_key, t_end)
+    # Counted in int32 in the loop; given in JAX's default integer, as Diffrax gives them
+    # (int64 under x64), so that they mix with other integers in `lax.cond` branches.
+    count = lambda n: n.astype(jnp.asarray(0).dtype)
     stats = {
-        "num_steps": final.num_steps,
-        "num_accepted_steps": final.num_accepted,
-        "num_rejected_steps": final.num_steps - final.num_accepted,
+        "num_steps": count(final.num_steps),
+        "num_accepted_steps": count(final.num_accepted),
+        "num_rejected_steps": count(final.num_steps - final.num_accepted),
         "max_steps": config.max_steps,
     }
     return Solution(

@@ -767,3 +767,13 @@ def test_a_term_of_ones_own_in_every_transformation_order():
     }
     for name, order in orders.items():
         np.testing.assert_allclose(order(True), order(False), rtol=1e-12, err_msg=name)
+
+
+def test_step_counts_are_jax_default_integers():
+    """As Diffrax gives them (int64 under x64): a `lax.cond` branch returning one beside
+    an integer array of the default type has one output type."""
+    sol = ode.diffeqsolve(ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), 0.0, 1.0, 0.1, 1.0)
+    for name in ("num_steps", "num_accepted_steps", "num_rejected_steps"):
+        assert sol.stats[name].dtype == jnp.asarray(0).dtype, name
+    steps = jax.lax.cond(True, lambda: sol.stats["num_steps"], lambda: jnp.array(0))
+    assert int(steps) == 10
