@@ -67,6 +67,7 @@ def test_an_empty_interval_returns_y0(controller, dt0):
     assert sol.result == ode.RESULTS.successful
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_one_sample_with_an_empty_interval_under_vmap():
     def final(t1):
         return ode.diffeqsolve(DECAY, ode.Tsit5(), 0.0, t1, None, Y0, stepsize_controller=PID)

@@ -120,6 +120,7 @@ def test_save_times_are_checked_on_every_cached_call():
         solve(changing)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_save_times_traced_inside_jit_are_not_kept():
     # Python-number times inside a `jit` whose save times are traced: the check of the
     # save times must not hold on to the tracer.

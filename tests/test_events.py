@@ -311,6 +311,7 @@ def test_event_time_with_a_stiff_solver():
     np.testing.assert_allclose(jax.grad(stiff)(9.81), _LANDING_DERIVATIVE, rtol=1e-9)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_an_early_stop_saves_its_final_row_after_the_save_times_reached():
     # As Diffrax writes them: with SaveAt(ts=..., t1=True), the final row comes right
     # after the save times reached, so `ys[n - 1]` (n the finite times) is where a solve

@@ -121,6 +121,7 @@ def test_a_linear_path_takes_the_piece_that_left_asks_for_at_a_knot():
     assert path.evaluate(jnp.array(1)).dtype == jnp.float64
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_paths_under_jit_and_vmap():
     ys = jnp.asarray(DATA["observed"])
     for path in _paths(ode, ys):

@@ -260,6 +260,7 @@ def test_reversible_solutions_match_the_base_method():
     )
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_a_solve_starting_on_a_jump_of_the_field_never_returns_a_wrong_gradient():
     # y0[0] is exactly at the jump: the rebuilt y0[0] is within rounding of it, on either
     # side, and from the wrong side the step undone is not the step taken.
