@@ -59,6 +59,7 @@ def test_default_solve_inside_jit_passes_the_leak_check():
     np.testing.assert_allclose(ys, expected(1.0)[0], rtol=1e-7)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_module_holding_tracers_built_inside_vmap():
     rates = jnp.array([0.5, 1.0, 3.0])
     with jax.checking_leaks():

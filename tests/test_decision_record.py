@@ -46,6 +46,7 @@ def test_memory_grows_with_max_steps_by_a_bit_a_tick():
     assert growth <= 1.1 * bits + 4096, (growth, bits)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 @pytest.mark.parametrize("batched", [False, pytest.param(True, marks=pytest.mark.matrix)])
 def test_a_solve_longer_than_the_planned_ticks_differentiates_its_own_steps(batched):
     # Segments of 4 ticks and 2 kept states plan for 8 ticks; the solve takes about 40,

@@ -62,6 +62,7 @@ def _data_and_weight():
     return data, weight
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_control_term_driven_by_data_gives_diffraxs_values():
     data, weight = _data_and_weight()
     np.testing.assert_allclose(_cde_solve(ode, data, weight), _cde_solve(diffrax, data, weight),

@@ -78,6 +78,7 @@ def _expected(order: str):
     return d_g, d_height
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 @pytest.mark.parametrize(
     "order",
     [

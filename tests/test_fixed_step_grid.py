@@ -34,7 +34,11 @@ def _solve(lib, controls, times_as_arrays: bool):
     return sol.ys[:, 0]
 
 
-@pytest.mark.parametrize("times_as_arrays", [False, True], ids=["numbers", "arrays"])
+@pytest.mark.parametrize(
+    "times_as_arrays",
+    [False, pytest.param(True, marks=pytest.mark.matrix)],
+    ids=["numbers", "arrays"],
+)
 def test_a_control_switched_at_grid_times_reads_the_same_piece_differentiated(times_as_arrays):
     dtype = jnp.float32 if times_as_arrays else jnp.float64
     controls = jnp.arange(N, dtype=dtype)[:, None]

@@ -187,6 +187,7 @@ def test_the_gradient_with_respect_to_the_data(kind):
     np.testing.assert_allclose(grad, fd, rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 def test_the_gradient_for_a_batch_of_data():
     batch = jnp.stack([POINTS, -POINTS, 2 * POINTS])
     grad = jax.jit(jax.grad(_forced_decay(ode, "cubic")))

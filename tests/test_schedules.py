@@ -553,6 +553,7 @@ def _pde_end(rates, adjoint=None):
     return jnp.sum(sol.ys**2, axis=1)
 
 
+@pytest.mark.matrix  # heavy: runs with -m matrix
 @pytest.mark.parametrize(
     "order",
     [

@@ -47,7 +47,11 @@ def _batched_sum(a, ts):
     return jnp.sum(jax.vmap(_saved_sum, in_axes=(None, 0, 0))(a, ts, jnp.asarray(Y0)))
 
 
-@pytest.mark.parametrize("wrt", [(0,), (0, 1)], ids=["parameters", "parameters and times"])
+@pytest.mark.parametrize(
+    "wrt",
+    [pytest.param((0,), marks=pytest.mark.matrix), (0, 1)],
+    ids=["parameters", "parameters and times"],
+)
 def test_gradients_with_save_times_traced_per_sample(wrt):
     grads = jax.jit(jax.grad(_batched_sum, argnums=wrt))(A, jnp.asarray(TS))
     d_a, d_ts = _exact(A, TS, Y0)
