@@ -23,9 +23,16 @@ Table = tuple[tuple[float, ...], ...]
 
 
 def position(t0: Array, t1: Array, t: Array) -> tuple[Array, Array]:
-    """(h, theta): the step's size and where t lies in it (0 on a step of no length)."""
+    """(h, theta): the step's size and where t lies in it.
+
+    A step of no length is a solve's start, before its first step, whose dense vectors
+    each hold the initial slope (see `_step.empty_row`): it is taken as the step from t0
+    to t, at theta = 1, so that its value y0 + (t - t0) sum_i b_i k_i is y0 at t = t0
+    with the derivative in t (or in t0) that the first step's interpolant would give a
+    save time at t0."""
     h = t1 - t0
-    return h, jnp.where(h == 0, 0, (t - t0) / jnp.where(h == 0, 1, h))
+    empty = h == 0
+    return jnp.where(empty, t - t0, h), jnp.where(empty, 1, (t - t0) / jnp.where(empty, 1, h))
 
 
 def _bernstein(monomial: Sequence[float]) -> tuple[float, ...]:
@@ -89,23 +96,8 @@ def slope(table: Table, theta: Array, ks: Sequence[Array]) -> Array:
     return _combine(table, theta, ks, slope=True)
 
 
-def start_slope(table: Table, ks: Sequence[Array]) -> Array:
-    """The slope at theta = 0, sum_i w_i'(0) k_i with w_i'(0) = table[i][0]."""
-    acc: Array | float = 0.0
-    for coeffs, k in zip(table, ks, strict=True):
-        if coeffs[0] != 0:
-            acc = acc + (k if coeffs[0] == 1 else in_state_dtype(coeffs[0], k) * k)
-    return jnp.asarray(acc)
-
-
 def on_step(table: Table, row: tuple, t1: Array, t: Array) -> Array:
-    """The interpolant of a step `row` = (t0, y0, dense vectors) ending at t1, at t.
-
-    A row of no length is a solve's start, before its first step (its dense vectors
-    give the initial slope): there y0 + (t - t0) y'(t0), which is y0 at t = t0 with the
-    derivative in t (or in t0) that the first step's interpolant would give a save time
-    at t0."""
+    """The interpolant of a step `row` = (t0, y0, dense vectors) ending at t1, at t."""
     t0, y0, ks = row
     h, theta = position(t0, t1, t)
-    start = y0 + in_state_dtype(t - t0, y0) * start_slope(table, ks)
-    return jnp.where(h == 0, start, value(table, y0, h, theta, ks))
+    return value(table, y0, h, theta, ks)

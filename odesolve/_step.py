@@ -186,7 +186,7 @@ def empty_row(
 ) -> tuple:
     """The row before the first step: of no length, with dense vectors whose slope at its
     start is k0 (each is k0, the weights' slopes at 0 summing to 1), so that a save time
-    at t0 has the derivative in time (see `_interpolation.on_step`)."""
+    at t0 has the derivative in time (see `_interpolation.position`)."""
     return (t0, y0, tuple(k0 for _ in config.table))
 
 
