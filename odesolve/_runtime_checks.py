@@ -135,9 +135,14 @@ def _pass(operands: tuple[Any, Any]) -> Any:
 
 @_raising.defjvp
 def _raising_jvp(primals: tuple, tangents: tuple) -> tuple:
-    """The check passes derivatives through unchanged (the callback has none)."""
+    """The check passes derivatives through unchanged (the callback has none), each
+    multiplied by a 1 that the check gives: the 1 is a residual of the linearisation,
+    so reverse mode, which drops the primal solution (`jit(grad(loss))`), still runs
+    the check and raises rather than returning the gradient of a failed solve."""
     arrays, worst = primals
-    return _raising(arrays, worst), tangents[0]
+    one = _raising(jnp.ones((), jnp.float32), worst)
+    scale = lambda t: t * one.astype(t.dtype) if jnp.issubdtype(t.dtype, jnp.inexact) else t
+    return _raising(arrays, worst), jax.tree_util.tree_map(scale, tangents[0])
 
 
 def _raise_failure(code: np.ndarray) -> Any:

@@ -460,6 +460,46 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
     assert out == "" and err == ""
 
 
+# Reverse mode drops the primal solution, with it any check that reads only the primal:
+# the failure must still raise, for every adjoint and however the gradient is composed.
+_ADJOINTS = [ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint(), ode.BacksolveAdjoint()]
+_COMPOSED = {
+    "jit(grad)": lambda loss: jax.jit(jax.grad(loss)),
+    "jit(vmap(grad))": lambda loss: jax.jit(jax.vmap(jax.grad(loss))),
+    "jit(grad(vmap))": lambda loss: jax.jit(jax.grad(lambda y: jax.vmap(loss)(y).sum())),
+}
+
+
+def _failing_loss(adjoint):
+    def loss(y0):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(decay), ode.Tsit5(), 0.0, 10.0, 0.1, y0, max_steps=4,
+            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8), adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    return loss
+
+
+@pytest.mark.parametrize("adjoint", _ADJOINTS, ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize("compose", _COMPOSED)
+def test_a_failed_solve_raises_under_reverse_mode_of_a_jitted_loss(adjoint, compose):
+    y0 = jnp.ones((2, 2)) if "vmap" in compose else jnp.ones(2)
+    with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
+        jax.block_until_ready(_COMPOSED[compose](_failing_loss(adjoint))(y0))
+
+
+@pytest.mark.parametrize("transform", [jax.jacfwd, jax.grad])
+def test_a_wrong_traced_input_raises_under_a_jitted_derivative(transform):
+    adjoint = ode.ForwardMode() if transform is jax.jacfwd else ode.RecursiveCheckpointAdjoint()
+    term, y0 = ode.ODETerm(decay), jnp.ones(2)
+    loss = lambda dt0: jnp.sum(
+        ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, dt0, y0, adjoint=adjoint).ys
+    )
+    with pytest.raises(RuntimeError, match=r"invalid_dt0"):
+        jax.block_until_ready(jax.jit(transform(loss))(jnp.asarray(-0.1)))
+
+
 def test_a_failure_inside_filter_jit_is_a_runtime_error_with_our_message():
     with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
         eqx.filter_jit(lambda y0: solve(y0=y0, max_steps=5).ys)(jnp.array([1.0]))
