@@ -57,3 +57,20 @@ def check_tolerance(owner: str, name: str, value: Any) -> None:
         return
     if not (float(known) >= 0 and math.isfinite(float(known))):  # NaN fails too
         raise ValueError(f"{owner}({name}={value!r}): pass a finite number >= 0, e.g. 1e-6.")
+
+
+def check_flag(name: str, value: Any, owner: str = "") -> None:
+    """A switch that decides what is traced (what to save, whether to raise) is a Python
+    bool: a string or an array would be read as its truth value, silently or, traced,
+    with JAX's error naming neither the argument nor the fix. `owner`: the class it is
+    given to, if any ("SaveAt")."""
+    if isinstance(value, (bool, np.bool_)) or type(value) is int and value in (0, 1):
+        return
+    given = f"{owner}({name}={value!r})" if owner else f"{name}={value!r}"
+    if eqx.is_array(value) and trace_time_value(value) is None:
+        raise TypeError(
+            f"{given} is a traced value: pass a Python bool (True or False). It decides "
+            "what the solve's program does, so it cannot be an input to `jit`: mark it "
+            "static, or close over it."
+        )
+    raise TypeError(f"{given}: pass True or False.")

@@ -16,7 +16,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import DirectAdjoint, ForwardMode, ImplicitAdjoint
+from adjoints import DirectAdjoint, ForwardMode, ImplicitAdjoint, trace_time_value
 
 from ._flat import PyTree
 
@@ -53,13 +53,20 @@ def list_of_numbers(y0: PyTree) -> str | None:
         return None
     if not all(np.ndim(x) == 0 for x in y0) or len(jtu.tree_leaves(y0)) != len(y0):
         return None
-    shown = "[" + ", ".join(repr(float(x)) for x in y0) + "]"
+    shown = "[" + ", ".join(_number(x) for x in y0) + "]"
     return (
         f"y0 is a Python {type(y0).__name__} of {len(y0)} numbers, which JAX treats as "
         f"{len(y0)} separate scalar states (a list is a container, not a vector), so the "
         f"vector field is given a {type(y0).__name__} and must return one. For a vector "
         f"state pass an array: y0=jnp.array({shown})"
     )
+
+
+def _number(x: Any) -> str:
+    """A number as written where it is known; a traced one (a list passed into `jit`)
+    cannot be shown."""
+    value = trace_time_value(x)
+    return "..." if value is None else repr(float(value))
 
 
 class _ArgsRead(Exception):

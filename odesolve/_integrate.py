@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -21,6 +22,7 @@ from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_si
 
 from . import _event, _saving, _steady_state_derivative, _step
 from ._adjoint_outputs import check_outputs
+from ._checks import check_flag
 from ._config import Config, Params, check_adaptive, static_times
 from ._continuous import continuous_problem
 from ._controller._base import AbstractStepSizeController
@@ -97,6 +99,7 @@ def diffeqsolve(
         adjoint=adjoint,
         progress_meter=progress_meter,
     )
+    check_flag("throw", throw)
     if any(eqx.is_array_like(x) and jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
         warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
     call = dict(
@@ -200,6 +203,7 @@ def _diffeqsolve(
             "RecursiveCheckpointAdjoint() (the default) or DirectAdjoint()."
         )
     if not jtu.tree_leaves(y0):
+        _call_with_no_state(terms, t0, y0, args)
         terms, y0, event, saveat = _nothing_to_solve_for(y0, event, saveat)
     inputs = normalise_inputs(
         terms, solver, t0, t1, dt0, y0, args, saveat, stepsize_controller, max_steps, event
@@ -240,9 +244,28 @@ def _diffeqsolve(
 _MOST_STEPS = 2**30
 
 
+def _call_with_no_state(terms: Any, t0: Any, y0: PyTree, args: PyTree) -> None:
+    """A y0 with no arrays is a state of nothing to solve for, and as in Diffrax the
+    field is called with it once: a field that computes with its state then fails here,
+    where a forgotten y0 (None) is named, rather than returning a solution of nothing.
+    Traced abstractly: nothing is computed."""
+    field = getattr(terms, "vector_field", None)
+    if not callable(field):
+        return
+    try:
+        jax.eval_shape(lambda: field(t0, y0, args))
+    except Exception as error:
+        raise TypeError(
+            f"y0={y0!r} holds no arrays, and the vector field f(t0, y0, args) failed on "
+            f"it: {type(error).__name__}: {error}. Pass the initial state as y0 (an array, "
+            "or a PyTree of arrays)."
+        ) from None
+    return
+
+
 def _nothing_to_solve_for(empty: PyTree, event: Event | None, saveat: SaveAt):
     """y0 has no arrays (None, {}): as Diffrax, run the clock and return y0's structure
-    as the states. The field is not called; events and `SaveAt(fn=...)` see y0. Returns
+    as the states. The field is not called again; events and `SaveAt(fn=...)` see y0. Returns
     (terms, y0, event, saveat) for a stand-in state of no elements."""
 
     def with_empty_state(fn: Callable):

@@ -8,7 +8,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._checks import check_real_times
+from ._checks import check_flag, check_real_times
 from ._flat import PyTree, RealScalarLike
 
 
@@ -60,6 +60,8 @@ class SubSaveAt(eqx.Module):
     fn: Callable = save_y
 
     def __check_init__(self) -> None:
+        check_flag("t0", self.t0, "SubSaveAt")
+        check_flag("t1", self.t1, "SubSaveAt")
         if not (self.t0 or self.t1 or self.ts is not None or self.steps):
             raise ValueError(
                 "SubSaveAt() saves nothing: pass at least one of t0=True, t1=True, ts=... "
@@ -116,6 +118,10 @@ class SaveAt(eqx.Module):
         controller_state: bool = False,
         made_jump: bool = False,
     ):
+        flags = dict(t0=t0, t1=t1, dense=dense, solver_state=solver_state)
+        flags.update(controller_state=controller_state, made_jump=made_jump)
+        for name, value in flags.items():
+            check_flag(name, value, "SaveAt")
         if ts is not None and np.shape(ts) == (0,):
             if not (t0 or t1 or steps or subs is not None):
                 raise ValueError("SaveAt(ts=[]) saves nothing: pass some save times, or t1=True.")

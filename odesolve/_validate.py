@@ -375,8 +375,10 @@ def _check_tolerance_shapes(controller: AbstractStepSizeController, y0: PyTree) 
 def _check_scalar_times(**times) -> None:
     """t0, t1 and dt0 are real scalars (dt0 may be None)."""
     for name, x in times.items():
-        if x is None:
+        if x is None and name == "dt0":
             continue
+        if x is None:
+            raise TypeError(f"{name}=None: pass a real number (a Python float or a scalar array).")
         if isinstance(x, (str, bytes)) or not eqx.is_array_like(x):
             raise TypeError(f"{name}={x!r}: pass a real number (a Python float or a scalar array).")
         dtype = jnp.result_type(x)  # no array made: this runs on every eager call

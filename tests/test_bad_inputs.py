@@ -309,6 +309,70 @@ CASES = {
         ValueError,
         r"solver_state=\(1, 2, 3\) is not the state this solver carries",
     ),
+    "t0 None": (lambda: solve(t0=None), TypeError, r"t0=None: pass a real number"),
+    "t1 None": (lambda: solve(t1=None), TypeError, r"t1=None: pass a real number"),
+    "throw a string": (lambda: solve(throw="yes"), TypeError, r"throw='yes': pass True or False"),
+    "throw None": (lambda: solve(throw=None), TypeError, r"throw=None: pass True or False"),
+    "throw traced": (
+        lambda: jax.jit(lambda flag: solve(throw=flag).ys)(True),
+        TypeError,
+        r"throw=.* is a traced value: pass a Python bool",
+    ),
+    "a SaveAt flag a string": (
+        lambda: ode.SaveAt(t1="yes"),
+        TypeError,
+        r"SaveAt\(t1='yes'\): pass True or False",
+    ),
+    "a SaveAt flag traced": (
+        lambda: jax.jit(lambda d: solve(saveat=ode.SaveAt(t1=True, dense=d)).ys)(True),
+        TypeError,
+        r"SaveAt\(dense=.*\) is a traced value",
+    ),
+    "a SubSaveAt flag a string": (
+        lambda: ode.SubSaveAt(t0="no", t1=True),
+        TypeError,
+        r"SubSaveAt\(t0='no'\): pass True or False",
+    ),
+    "PIDController rtol None": (
+        lambda: ode.PIDController(rtol=None, atol=1e-6),
+        TypeError,
+        r"PIDController\(rtol=None\): pass a tolerance",
+    ),
+    "PIDController atol inf": (
+        lambda: ode.PIDController(rtol=1e-6, atol=float("inf")),
+        ValueError,
+        r"PIDController\(atol=inf\) turns off error control",
+    ),
+    "HalfSolver of a string": (
+        lambda: ode.HalfSolver("x"),
+        TypeError,
+        r"HalfSolver\(solver='x'\): pass a solver",
+    ),
+    "HalfSolver of a class": (
+        lambda: ode.HalfSolver(ode.Euler),
+        TypeError,
+        r"HalfSolver\(solver=Euler\) is a class: pass an instance",
+    ),
+    "StepTo times as strings": (
+        lambda: ode.StepTo(ts=["0", "1"]),
+        TypeError,
+        r"StepTo\(ts\): pass real times",
+    ),
+    "a dense solution evaluated at None": (
+        lambda: solve(saveat=ode.SaveAt(dense=True)).evaluate(None),
+        TypeError,
+        r"sol.evaluate\(t0=None\): pass a real time",
+    ),
+    "y0 None for a field that uses its state": (
+        lambda: solve(y0=None),
+        TypeError,
+        r"y0=None holds no arrays, and the vector field .* failed on it.* Pass the initial state",
+    ),
+    "y0 a Python list inside jit": (
+        lambda: eqx.filter_jit(lambda y: solve(y0=y).ys)([1.0, 2.0]),
+        TypeError,
+        r"y0 is a Python list of 2 numbers.* y0=jnp.array\(\[\.\.\., \.\.\.\]\)",
+    ),
 }
 
 

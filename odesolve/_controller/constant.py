@@ -8,6 +8,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
+from .._checks import check_real_times
 from .._flat import RealScalarLike
 from .._results import RESULTS
 from ._base import AbstractStepSizeController, AttemptInput, FirstStepInput, Proposal, signed_times
@@ -116,6 +117,7 @@ class StepTo(AbstractFixedStepController):
                 f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), "
                 f"got shape {shape}."
             )
+        check_real_times("StepTo(ts)", self.ts)
 
     def wrap(self, direction: Float[Array, ""]):
         return StepTo(signed_times(self.ts, direction))

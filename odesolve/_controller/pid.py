@@ -137,6 +137,17 @@ class PIDController(AbstractAdaptiveStepSizeController):
             value = fields[name]
             if isinstance(value, (str, bytes)):
                 raise TypeError(f"PIDController({name}={value!r}): pass a number.")
+        for name in ("rtol", "atol"):
+            if fields[name] is None:
+                raise TypeError(
+                    f"PIDController({name}=None): pass a tolerance, e.g. {name}=1e-6 (an "
+                    "adaptive step needs both rtol and atol)."
+                )
+            if _known(fields[name]) == math.inf:
+                raise ValueError(
+                    f"PIDController({name}=inf) turns off error control: pass a finite "
+                    "tolerance, or ConstantStepSize() for fixed steps."
+                )
         known = {name: _known(fields[name]) for name in _RANGES}
         for name, (low, high, closed_low, fix) in _RANGES.items():
             value = known[name]

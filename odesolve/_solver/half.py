@@ -27,6 +27,18 @@ class HalfSolver(AbstractWrappedSolver):
 
     solver: AbstractSolver
 
+    def __check_init__(self):
+        solver = self.solver
+        if isinstance(solver, type) and issubclass(solver, AbstractSolver):
+            raise TypeError(
+                f"HalfSolver(solver={solver.__name__}) is a class: pass an instance, "
+                f"HalfSolver({solver.__name__}())."
+            )
+        if not isinstance(solver, AbstractSolver):
+            raise TypeError(
+                f"HalfSolver(solver={solver!r}): pass a solver, e.g. HalfSolver(Euler())."
+            )
+
     @property
     def term_structure(self) -> Any:  # type: ignore[override]
         return self.solver.term_structure
