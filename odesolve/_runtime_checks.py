@@ -2,6 +2,7 @@
 raising a failure (`throw=True`)."""
 
 import os
+import threading
 from typing import Any
 
 import equinox as eqx
@@ -93,7 +94,22 @@ def raise_if_failed(sol: Solution, bad_inputs_only: bool = False) -> Solution:
     if ON_ERROR == "nan":
         return _as_nan(sol, worst != RESULTS.successful.value)
     arrays, rest = eqx.partition(sol, eqx.is_array)
-    return eqx.combine(_raising(arrays, worst), rest)
+    _raised.code = None
+    try:
+        checked = _raising(arrays, worst)
+    except jax.errors.JaxRuntimeError:
+        # Evaluated as it was traced (an eager `vmap`): the callback's failure reaches
+        # here wrapped in JAX's runtime error, its text a host traceback. Raised as our
+        # own, as a failure outside any transformation is.
+        code = _raised.code
+        if code is None:
+            raise
+        raise SolveError(failure_message(RESULTS(code))) from None
+    return eqx.combine(checked, rest)
+
+
+# The failure the host callback last raised on this thread (see `raise_if_failed`).
+_raised = threading.local()
 
 
 # What `throw=True` does with a failed solve, read from Equinox's `EQX_ON_ERROR` when
@@ -146,4 +162,5 @@ def _raising_jvp(primals: tuple, tangents: tuple) -> tuple:
 
 
 def _raise_failure(code: np.ndarray) -> Any:
+    _raised.code = int(code)
     raise SolveError(failure_message(RESULTS(int(code))))

@@ -383,6 +383,18 @@ def test_a_failing_sample_under_vmap_raises_and_the_check_is_one_callback():
         assert batched.count("callback") == unbatched.count("callback")
 
 
+@pytest.mark.parametrize("transform", ["vmap", "vmap(grad)"])
+def test_a_failure_under_an_eager_vmap_is_our_exception_alone(transform):
+    # Evaluated as traced, the host callback's failure comes wrapped in JAX's runtime
+    # error, a host traceback with our message at its end: it is raised as ours.
+    loss = lambda t1: jnp.sum(solve(t1=t1, max_steps=20, saveat=ode.SaveAt(t1=True)).ys)
+    fn = jax.vmap(loss) if transform == "vmap" else jax.vmap(jax.grad(loss))
+    with pytest.raises(ode.SolveError) as info:
+        fn(jnp.array([1.0, 10.0]))
+    assert str(info.value).startswith("diffeqsolve failed (max_steps_reached): The maximum")
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
 def test_every_result_has_a_message():
     for result in ode.RESULTS:
         assert (result == ode.RESULTS.successful) != bool(result.message)
