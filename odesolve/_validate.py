@@ -5,6 +5,7 @@ Each error names the argument, shows the value and says the fix. Values that are
 reports them through `RESULTS`.
 """
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -181,6 +182,12 @@ def _traced_vector_field(terms, t0, y0, args):
             raise TypeError(message) from None
         if not isinstance(e, TypeError):
             raise
+        kind = re.search(r"value of type <class '([\w.]+)'>, which is not a valid JAX", str(e))
+        if kind:
+            raise TypeError(
+                f"the vector field returned a value of type {kind.group(1)}, not an array: f(t, y, args) "
+                "must return dy/dt, an array (or a PyTree of arrays) shaped like y0."
+            ) from None
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
     # y0's shapes read off its arrays: `jax.eval_shape` would trace a function per call.
     expected = jtu.tree_map(lambda y: jax.ShapeDtypeStruct(jnp.shape(y), jnp.result_type(y)), y0)

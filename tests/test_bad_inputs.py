@@ -373,6 +373,25 @@ CASES = {
         TypeError,
         r"y0 is a Python list of 2 numbers.* y0=jnp.array\(\[\.\.\., \.\.\.\]\)",
     ),
+    "a field returning a string": (
+        lambda: solve(terms=ode.ODETerm(lambda t, y, args: "dy")),
+        TypeError,
+        r"the vector field returned a value of type str, not an array: .* shaped like y0",
+    ),
+    "an implicit solver with a field JAX cannot differentiate": (
+        lambda: solve(
+            terms=ode.ODETerm(
+                lambda t, y, args: jax.pure_callback(
+                    lambda y: -np.asarray(y), jax.ShapeDtypeStruct(y.shape, y.dtype), y
+                )
+            ),
+            solver=ode.Kvaerno5(),
+            dt0=None,
+            stepsize_controller=PID,
+        ),
+        TypeError,
+        r"Newton iterations take df/dy .* jax.custom_jvp\), pass the solver jacobian=",
+    ),
 }
 
 

@@ -63,6 +63,22 @@ class NewtonSettings(eqx.Module):
     max_refreshes: int = eqx.field(static=True)
 
 
+def differentiated(field: Callable, y: Float[Array, " n"]) -> Float[Array, "n n"]:
+    """df/dy by `jax.jacfwd`. A field JAX cannot differentiate (a `jax.pure_callback`
+    into other code) fails here with JAX's refusal, which names neither the solver's
+    need nor the ways out: say them."""
+    try:
+        return jax.jacfwd(field)(y)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise TypeError(
+            "an implicit solver's Newton iterations take df/dy of the vector field with "
+            f"jax.jacfwd, and differentiating it failed: {error} Make the field "
+            "differentiable by JAX (a jax.pure_callback needs a jax.custom_jvp), pass the "
+            "solver jacobian=... (a function (t, y, args) -> df/dy), or use an explicit "
+            "solver such as Tsit5()."
+        ) from None
+
+
 class FlatJacobian(eqx.Module):
     """df/dy of the flat tau-time vector field: `jax.jacfwd`, or the user's `jacobian`
     mapped to tau time (dy/dtau = d f(d tau, y) has Jacobian d J(d tau, y))."""
@@ -87,7 +103,7 @@ class FlatJacobian(eqx.Module):
         self, vf: Field, t: Float[Array, ""], y: Float[Array, " n"], args: PyTree
     ) -> Float[Array, "n n"]:
         if self.user_fn is None:
-            return jax.jacfwd(lambda x: vf(t, x, args))(y)
+            return differentiated(lambda x: vf(t, x, args), y)
         d_y, d_t = jnp.asarray(self.direction, y.dtype), jnp.asarray(self.direction, t.dtype)
         jac = self.user_fn(d_t * t, self.spec.unravel(y), args)
         n = y.shape[0]
@@ -215,7 +231,7 @@ def _solve_stage_jvp(primals, tangents, **kwargs: object):
     t_in = (t_vf, t_args, jnp.zeros_like(t) if t_t is None else t_t, t_y)
     _, rhs = eqx.filter_jvp(lambda f, a, s, x: f(s, x, a), (vf, args, t, y), t_in)
     # The exact Jacobian at the stage (not the chord's): derivatives must be exact.
-    jac = jax.jacfwd(lambda x: vf(t, x, args))(y)
+    jac = differentiated(lambda x: vf(t, x, args), y)
     eye = jnp.eye(y.shape[0], dtype=y.dtype)
     # A failed stage is rejected by the caller; keep its tangent finite (zero) so that the
     # masked-out branch cannot send NaN through a transposed solve.
