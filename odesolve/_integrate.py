@@ -260,13 +260,12 @@ def _call_with_no_state(terms: Any, t0: Any, y0: PyTree, args: PyTree) -> None:
             f"it: {type(error).__name__}: {error}. Pass the initial state as y0 (an array, "
             "or a PyTree of arrays)."
         ) from None
-    return
 
 
 def _nothing_to_solve_for(empty: PyTree, event: Event | None, saveat: SaveAt):
     """y0 has no arrays (None, {}): as Diffrax, run the clock and return y0's structure
-    as the states. The field is not called again; events and `SaveAt(fn=...)` see y0. Returns
-    (terms, y0, event, saveat) for a stand-in state of no elements."""
+    as the states. The field is not called again; events and `SaveAt(fn=...)` see y0.
+    Returns (terms, y0, event, saveat) for a stand-in state of no elements."""
 
     def with_empty_state(fn: Callable):
         return lambda t, y, args, **kwargs: fn(t, empty, args, **kwargs)

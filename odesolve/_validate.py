@@ -185,8 +185,9 @@ def _traced_vector_field(terms, t0, y0, args):
         kind = re.search(r"value of type <class '([\w.]+)'>, which is not a valid JAX", str(e))
         if kind:
             raise TypeError(
-                f"the vector field returned a value of type {kind.group(1)}, not an array: f(t, y, args) "
-                "must return dy/dt, an array (or a PyTree of arrays) shaped like y0."
+                f"the vector field returned a value of type {kind.group(1)}, not an array: "
+                "f(t, y, args) must return dy/dt, an array (or a PyTree of arrays) shaped "
+                "like y0."
             ) from None
         raise TypeError(f"calling the vector field f(t0, y0, args) failed: {e}") from e
     # y0's shapes read off its arrays: `jax.eval_shape` would trace a function per call.
