@@ -17,12 +17,23 @@ from ._flat import PyTree
 def check_array_leaves(tree: PyTree, name: str, owner: str = "") -> None:
     """Each leaf of `tree` (a state) is an array or a number, not a bool or an object."""
     for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
-        if isinstance(leaf, (bool, np.bool_, str, bytes)) or not eqx.is_array_like(leaf):
+        odd = getattr(leaf, "dtype", None) is not None and not is_number_dtype(leaf.dtype)
+        if isinstance(leaf, (bool, np.bool_, str, bytes)) or not eqx.is_array_like(leaf) or odd:
             raise TypeError(
                 f"{owner}{name}{jtu.keystr(path)} = {leaf!r} (type {type(leaf).__name__}) is "
                 f"not an array: every leaf of {name} must be a float (or integer) array or "
                 "number, e.g. jnp.asarray(...)."
             )
+
+
+def is_number_dtype(dtype: Any) -> bool:
+    """A dtype of numbers (bool, int, float, complex): not strings, objects or PRNG keys."""
+    if isinstance(dtype, np.dtype) and dtype.kind in "biufc":  # the usual case, at once
+        return True
+    try:  # (bfloat16 and the float8 types are NumPy void dtypes, numbers to JAX)
+        return bool(jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_))
+    except TypeError:
+        return False
 
 
 def is_boolean_scalar(x: Any) -> bool:
@@ -52,6 +63,8 @@ def check_real_times(given: str, ts: Any) -> None:
 def check_tolerance(owner: str, name: str, value: Any) -> None:
     """A tolerance known when given is finite and >= 0: a negative or NaN one is never
     met, and the solve would fail without naming it."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{owner}({name}={value!r}): pass a number, e.g. 1e-6.")
     known = None if value is None else trace_time_value(value)
     if known is None or np.ndim(known) != 0:
         return

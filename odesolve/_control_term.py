@@ -32,6 +32,14 @@ class ControlTerm(AbstractTerm[_VF, _Control]):
     vector_field: Callable[..., PyTree]
     control: AbstractPath
 
+    def __check_init__(self):
+        control = self.control
+        if not (callable(getattr(control, "evaluate", None)) or callable(control)):
+            raise TypeError(
+                f"ControlTerm(control={control!r}): pass a path x(t) to drive the "
+                "field, e.g. CubicInterpolation(ts, coeffs) or LinearInterpolation(ts, ys)."
+            )
+
     def vf(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
         return self.vector_field(t, y, args)
 

@@ -392,6 +392,36 @@ CASES = {
         TypeError,
         r"Newton iterations take df/dy .* jax.custom_jvp\), pass the solver jacobian=",
     ),
+    "a tolerance given as a string to VeryChord": (
+        lambda: ode.VeryChord(rtol="a", atol=1e-6),
+        TypeError,
+        r"VeryChord\(rtol='a'\): pass a number",
+    ),
+    "an implicit solver's jacobian not a function": (
+        lambda: ode.Kvaerno5(jacobian=jnp.eye(2)),
+        TypeError,
+        r"Kvaerno5\(jacobian=...\) is a .*, not a function",
+    ),
+    "PIDController error_order a string": (
+        lambda: ode.PIDController(rtol=1e-6, atol=1e-6, error_order="x"),
+        TypeError,
+        r"PIDController\(error_order='x'\): pass a number",
+    ),
+    "ControlTerm without a control": (
+        lambda: ode.ControlTerm(lambda t, y, args: y, None),
+        TypeError,
+        r"ControlTerm\(control=None\): pass a path",
+    ),
+    "t0 a NumPy string array": (
+        lambda: solve(t0=np.array("0")),
+        TypeError,
+        r"t0=array\('0', dtype='<U1'\): pass a real number",
+    ),
+    "y0 a NumPy object array": (
+        lambda: solve(y0=np.array([1.0, None], dtype=object)),
+        TypeError,
+        r"y0 = array\(\[1.0, None\], dtype=object\) .* every leaf of y0 must be a float",
+    ),
 }
 
 

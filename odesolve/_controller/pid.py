@@ -164,6 +164,14 @@ class PIDController(AbstractAdaptiveStepSizeController):
                 raise TypeError(f"PIDController({name}={value!r}): pass a number, e.g. 0.3.")
             if not math.isfinite(_known(value) or 0.0):
                 raise ValueError(f"PIDController({name}={value!r}): pass a finite number.")
+        order = self.error_order
+        if order is not None and (
+            isinstance(order, (bool, str, bytes)) or not eqx.is_array_like(order)
+        ):
+            raise TypeError(
+                f"PIDController(error_order={order!r}): pass a number (the order q of the "
+                "error estimate), or None for the solver's."
+            )
         if self.norm is not None and not callable(self.norm):
             raise TypeError(
                 f"PIDController(norm={self.norm!r}): pass a function from the PyTree of "

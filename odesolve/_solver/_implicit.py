@@ -45,9 +45,7 @@ def _newton_settings(solver, context, y0: Float[Array, " n"], adaptive) -> Newto
     scale = jnp.asarray(atol, dtype) + jnp.asarray(rtol, dtype) * jnp.abs(y0)
     # A failed stage costs an adaptive solve one rejected step, but a fixed-step solve its
     # result: without error control, iterate longer and re-evaluate the Jacobian more.
-    max_iterations = (
-        solver.max_iterations or solver.root_find_max_steps or (10 if adaptive else 20)
-    )
+    max_iterations = solver.max_iterations or solver.root_find_max_steps or (10 if adaptive else 20)
     max_refreshes = (
         solver.max_refreshes if solver.max_refreshes is not None else (1 if adaptive else 10)
     )
@@ -163,6 +161,12 @@ class AbstractImplicitRungeKutta(AbstractTableauMethod):
     root_find_max_steps: int | None = None
 
     def __check_init__(self):
+        if self.jacobian is not None and not callable(self.jacobian):
+            raise TypeError(
+                f"{type(self).__name__}(jacobian=...) is a {type(self.jacobian).__name__}, "
+                "not a function: pass jacobian(t, y, args) returning df/dy, or None for "
+                "jax.jacfwd."
+            )
         if self.root_find_max_steps is not None and self.max_iterations is not None:
             raise ValueError(
                 f"root_find_max_steps={self.root_find_max_steps} and max_iterations="
