@@ -474,7 +474,11 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
 
 # Reverse mode drops the primal solution, with it any check that reads only the primal:
 # the failure must still raise, for every adjoint and however the gradient is composed.
-_ADJOINTS = [ode.RecursiveCheckpointAdjoint(), ode.DirectAdjoint(), ode.BacksolveAdjoint()]
+_ADJOINTS = [
+    ode.RecursiveCheckpointAdjoint(),
+    pytest.param(ode.DirectAdjoint(), marks=pytest.mark.matrix),
+    pytest.param(ode.BacksolveAdjoint(), marks=pytest.mark.matrix),
+]
 _COMPOSED = {
     "jit(grad)": lambda loss: jax.jit(jax.grad(loss)),
     "jit(vmap(grad))": lambda loss: jax.jit(jax.vmap(jax.grad(loss))),
