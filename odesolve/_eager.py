@@ -100,7 +100,8 @@ def _split(inputs: dict[str, Any]) -> tuple[Hashable, tuple, Any, list, list, li
         if isinstance(x, _ARRAYS):
             if isinstance(x, jax.core.Tracer):
                 return None
-            weak = isinstance(x, jax.Array) and x.weak_type
+            # (A PRNG key array has no weak type: it is refused by the checks that follow.)
+            weak = isinstance(x, jax.Array) and getattr(x, "weak_type", False)
             record.append((x.shape, x.dtype, weak))
             fixed.append(None)
             arrays.append(x)

@@ -422,6 +422,11 @@ CASES = {
         TypeError,
         r"y0 = array\(\[1.0, None\], dtype=object\) .* every leaf of y0 must be a float",
     ),
+    "y0 a PRNG key": (
+        lambda: solve(y0=jax.random.key(0)),
+        TypeError,
+        r"(?s)y0 = .*key<fry>.* every leaf of y0 must be a float",
+    ),
 }
 
 
