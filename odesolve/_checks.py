@@ -17,13 +17,19 @@ from ._flat import PyTree
 def check_array_leaves(tree: PyTree, name: str, owner: str = "") -> None:
     """Each leaf of `tree` (a state) is an array or a number, not a bool or an object."""
     for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
-        odd = getattr(leaf, "dtype", None) is not None and not is_number_dtype(leaf.dtype)
-        if isinstance(leaf, (bool, np.bool_, str, bytes)) or not eqx.is_array_like(leaf) or odd:
+        not_array = isinstance(leaf, (bool, np.bool_, str, bytes)) or not eqx.is_array_like(leaf)
+        if not_array or has_odd_dtype(leaf):
             raise TypeError(
                 f"{owner}{name}{jtu.keystr(path)} = {leaf!r} (type {type(leaf).__name__}) is "
                 f"not an array: every leaf of {name} must be a float (or integer) array or "
                 "number, e.g. jnp.asarray(...)."
             )
+
+
+def has_odd_dtype(x: Any) -> bool:
+    """`x` has a dtype that is not one of numbers (strings, objects, PRNG keys)."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and not is_number_dtype(dtype)
 
 
 def is_number_dtype(dtype: Any) -> bool:

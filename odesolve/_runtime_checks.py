@@ -156,9 +156,9 @@ def _raising_jvp(primals: tuple, tangents: tuple) -> tuple:
     so reverse mode, which drops the primal solution (`jit(grad(loss))`), still runs
     the check and raises rather than returning the gradient of a failed solve."""
     arrays, worst = primals
-    one = _raising(jnp.ones((), jnp.float32), worst)
+    checked, one = _raising((arrays, jnp.ones((), jnp.float32)), worst)  # one check
     scale = lambda t: t * one.astype(t.dtype) if jnp.issubdtype(t.dtype, jnp.inexact) else t
-    return _raising(arrays, worst), jax.tree_util.tree_map(scale, tangents[0])
+    return checked, jax.tree_util.tree_map(scale, tangents[0])
 
 
 def _raise_failure(code: np.ndarray) -> Any:

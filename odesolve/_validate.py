@@ -18,7 +18,7 @@ import numpy as np
 from adjoints import AbstractAdjoint, is_concrete
 
 from . import _hints, _time
-from ._checks import check_array_leaves, is_number_dtype
+from ._checks import check_array_leaves, has_odd_dtype
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -387,8 +387,7 @@ def _check_scalar_times(**times) -> None:
             continue
         if x is None:
             raise TypeError(f"{name}=None: pass a real number (a Python float or a scalar array).")
-        odd = getattr(x, "dtype", None) is not None and not is_number_dtype(x.dtype)
-        if isinstance(x, (str, bytes)) or not eqx.is_array_like(x) or odd:
+        if isinstance(x, (str, bytes)) or not eqx.is_array_like(x) or has_odd_dtype(x):
             raise TypeError(f"{name}={x!r}: pass a real number (a Python float or a scalar array).")
         dtype = jnp.result_type(x)  # no array made: this runs on every eager call
         if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):

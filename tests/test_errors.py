@@ -474,16 +474,19 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
 
 # Reverse mode drops the primal solution, with it any check that reads only the primal:
 # the failure must still raise, for every adjoint and however the gradient is composed.
-_ADJOINTS = [
-    ode.RecursiveCheckpointAdjoint(),
-    pytest.param(ode.DirectAdjoint(), marks=pytest.mark.matrix),
-    pytest.param(ode.BacksolveAdjoint(), marks=pytest.mark.matrix),
-]
 _COMPOSED = {
     "jit(grad)": lambda loss: jax.jit(jax.grad(loss)),
     "jit(vmap(grad))": lambda loss: jax.jit(jax.vmap(jax.grad(loss))),
     "jit(grad(vmap))": lambda loss: jax.jit(jax.grad(lambda y: jax.vmap(loss)(y).sum())),
+    "jit(jacrev)": lambda loss: jax.jit(jax.jacrev(loss)),
+    "jit(vmap(vmap(grad)))": lambda loss: jax.jit(jax.vmap(jax.vmap(jax.grad(loss)))),
 }
+# Every order with the default adjoint; the first three with the other reverse-mode ones.
+_CASES = [(ode.RecursiveCheckpointAdjoint(), compose) for compose in _COMPOSED] + [
+    pytest.param(adjoint, compose, marks=pytest.mark.matrix)
+    for adjoint in (ode.DirectAdjoint(), ode.BacksolveAdjoint())
+    for compose in list(_COMPOSED)[:3]
+]
 
 
 def _failing_loss(adjoint):
@@ -497,12 +500,19 @@ def _failing_loss(adjoint):
     return loss
 
 
-@pytest.mark.parametrize("adjoint", _ADJOINTS, ids=lambda a: type(a).__name__)
-@pytest.mark.parametrize("compose", _COMPOSED)
+@pytest.mark.parametrize("adjoint, compose", _CASES, ids=lambda x: getattr(x, "__name__", str(x)))
 def test_a_failed_solve_raises_under_reverse_mode_of_a_jitted_loss(adjoint, compose):
-    y0 = jnp.ones((2, 2)) if "vmap" in compose else jnp.ones(2)
+    batch = (2, 2) if "vmap(vmap" in compose else (2,) if "vmap" in compose else ()
+    y0 = jnp.ones((*batch, 2))
     with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
         jax.block_until_ready(_COMPOSED[compose](_failing_loss(adjoint))(y0))
+
+
+def test_a_failed_solve_raises_under_jit_of_jvp_through_forward_mode():
+    loss = _failing_loss(ode.ForwardMode())
+    jvp = jax.jit(lambda y, t: jax.jvp(loss, (y,), (t,)))
+    with pytest.raises(RuntimeError, match=r"diffeqsolve failed \(max_steps_reached\)"):
+        jax.block_until_ready(jvp(jnp.ones(2), jnp.ones(2)))
 
 
 @pytest.mark.parametrize("transform", [jax.jacfwd, jax.grad])
