@@ -62,7 +62,7 @@ from ._schedule import (
 from ._schedule._base import MIN_SLOTS
 from ._schedule.segments import MOST_STARTS
 from ._schedule.undo import choose_undo
-from ._sweep import num_ticks_bound
+from ._sweep import num_ticks_bound, packing_before_steps
 
 # Bytes of stored loop states for one call, shared by a vmap batch; see
 # RecursiveCheckpointAdjoint. A tape far larger than the states it holds is slow, not just
@@ -90,14 +90,19 @@ RESIDUAL_RATIO = 4
 # reaction-diffusion state of 2,000 float64, 160 KB rows, ran in 2.06 of Diffrax's time
 # with taped segments and in 1.04 with bare states).
 LARGE_ROW_BYTES = 64 * 2**10
-# ...and from which an unbatched solve keeps bare states when its step does few operations
-# a byte of its row (`_work`): a discretised field of a few operations a point recomputes
-# a step faster than its row is written and read back (benchmarks/README.md: a
-# reaction-diffusion state of 50 to 800 points, 2.3 operations a byte, 1.4 to 1.8 times
-# faster with bare states; an MLP field, 39 to 154 a byte, and a batch under `vmap`,
-# slower). Below it, the loop's own cost a tick dominates and taping is faster.
+# ...and from which a solve keeps bare states when its step does few operations a byte of
+# its row (`_work`): a discretised field of a few operations a point recomputes a step
+# faster than its row is written and read back (benchmarks/README.md: a reaction-diffusion
+# state of 50 to 800 points, 2.3 operations a byte, 1.4 to 1.8 times faster with bare
+# states; an MLP field, 39 to 154 a byte, slower). Below it, the loop's own cost a tick
+# dominates and taping is faster.
 CHEAP_ROW_BYTES = 2 * 2**10
 CHEAP_OPERATIONS_PER_BYTE = 8
+# Under `vmap`, those rows are taped all the same while the budget's share tapes segments
+# of this many ticks or more: a batch's budget is shared, and shorter segments are taped
+# again and again (benchmarks/README.md: reaction-diffusion batches, segments of 20 ticks
+# 10-20% faster than bare states, of 10 level, of 2 to 5 ticks 35-45% slower).
+SHORT_SEGMENT_TICKS = 8
 
 
 def least_states(bound: int) -> int:
@@ -270,10 +275,11 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       unknown number (adaptive steps), taped segments: the longest tape of steps that
       fits beside the states before its segments (before each segment of the bound, or
       at most 8, thinned as the loop runs), so that a solve that ends within one
-      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or, for a solve
-      not under `vmap`, `CHEAP_ROW_BYTES` for a step of at most
-      `CHEAP_OPERATIONS_PER_BYTE` operations a byte of it (then bare states, thinned
-      online: recomputing such a step costs less than its row's traffic); where a
+      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or
+      `CHEAP_ROW_BYTES` for a step of at most `CHEAP_OPERATIONS_PER_BYTE` operations a
+      byte of it, and (under `vmap`) the segments would be shorter than
+      `SHORT_SEGMENT_TICKS` (then bare states, thinned online: recomputing such a step
+      costs less than its row's traffic); where a
       step's residuals are so much larger than a state that bare states hold
       `RESIDUAL_RATIO` times as many ticks, bare states, each tick's VJP recomputed
       from its state; failing those, as many states as fit. A count of at least the
@@ -347,6 +353,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         per_step = None  # the step's operations, when traced
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot, per_step = row_bytes(loop, params, init, diff)
+        per_bare = packing_before_steps(loop, init).bytes()  # a state kept before a step
         per_solve = self.budget_per_solve(batch_size)
         if self.memory_budget is None:
             ticks = MIN_DEFAULT_TICKS_PER_SOLVE
@@ -358,7 +365,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if chosen is not None:
             sizing = Sizing(
                 bound, loop.num_steps, loop.max_emits, per_state, per_tick, per_slot,
-                per_solve, self.checkpoints,
+                per_solve, self.checkpoints, per_bare,
             )  # fmt: skip
             return chosen.sized(sizing)
         slots = self.checkpoints
@@ -371,12 +378,17 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                     return nested
             if loop.num_steps is None:
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
-                states = min(per_solve // max(per_state, 1), bound)
+                # Bare states are weighed against taped rows as whole carries, the
+                # measure the ratios were set by (a field whose linearisation is
+                # costly is faster taped, however small its states); once chosen, as
+                # many states kept before a step (smaller) as fit are kept.
+                carries = min(per_solve // max(per_state, 1), bound)
+                states = min(per_solve // max(per_bare, 1), bound)
                 length = 0 if segments is None or segments.length is None else segments.length
-                dear = _rows_dearer_than_steps(per_tick, per_step, batch_size)
-                if segments is not None and not dear and RESIDUAL_RATIO * length >= states:
+                dear = _rows_dearer_than_steps(per_tick, per_step, batch_size, length)
+                if segments is not None and not dear and RESIDUAL_RATIO * length >= carries:
                     return segments
-                many = states >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
+                many = carries >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
                 if states >= 2 and (dear or many):
                     return States(states)
                 if segments is not None:
@@ -413,15 +425,18 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         return checkpointed_loop(loop, how, params, init, buffers)
 
 
-def _rows_dearer_than_steps(per_tick: int, per_step: int | None, batch_size: int) -> bool:
+def _rows_dearer_than_steps(
+    per_tick: int, per_step: int | None, batch_size: int, length: int
+) -> bool:
     """Whether a tape row costs more to write and read back than its step costs to
-    recompute: a row of `LARGE_ROW_BYTES` or more, or, for a solve not under `vmap`, of
-    `CHEAP_ROW_BYTES` or more for at most `CHEAP_OPERATIONS_PER_BYTE` operations a byte
-    (`per_step`, when the step was traced)."""
-    if per_tick >= LARGE_ROW_BYTES:
-        return True
+    recompute: a row of `LARGE_ROW_BYTES` or more, or of `CHEAP_ROW_BYTES` or more for at
+    most `CHEAP_OPERATIONS_PER_BYTE` operations a byte (`per_step`, when the step was
+    traced); under `vmap`, only where taped segments would be shorter than
+    `SHORT_SEGMENT_TICKS` (`length`)."""
+    large = per_tick >= LARGE_ROW_BYTES
     cheap = per_step is not None and per_step <= CHEAP_OPERATIONS_PER_BYTE * per_tick
-    return batch_size == 1 and per_tick >= CHEAP_ROW_BYTES and cheap
+    dear = large or (per_tick >= CHEAP_ROW_BYTES and cheap)
+    return dear and (batch_size == 1 or length < SHORT_SEGMENT_TICKS)
 
 
 def _offline(loop: Loop) -> bool:

@@ -151,6 +151,10 @@ class Loop(eqx.Module):
       then reads a write's cotangent without clearing its row for the earlier writes it
       would have overwritten: under `vmap` the clearing is a scatter into the whole
       cotangent buffer on every emit, which XLA:CPU follows with two copies of it.
+    - `step_ignores(carry) -> PyTree[bool]`: for a carry, which of its leaves a step
+      never reads (it writes them afresh: an interpolant of the step before, which only
+      emits read). A state stored before a step leaves them out, so that more states fit
+      a budget. None: a step reads every leaf.
     - `memo`: what tracing the loop's step found (see `StepMemo`); made with the loop,
       never passed.
     """
@@ -175,6 +179,7 @@ class Loop(eqx.Module):
     times_of: Callable[[PyTree, PyTree], PyTree] | None = eqx.field(static=True, default=None)
     constant: Callable[[PyTree], PyTree] | None = eqx.field(static=True, default=None)
     writes_once: bool = eqx.field(static=True, default=False)
+    step_ignores: Callable[[PyTree], PyTree] | None = eqx.field(static=True, default=None)
     memo: StepMemo = eqx.field(static=True, init=False, default_factory=StepMemo, repr=False)
 
     @property

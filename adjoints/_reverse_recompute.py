@@ -10,9 +10,9 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 from . import _decisions
 from ._binomial import next_checkpoint
 from ._decisions import Recorded
-from ._lockstep import lockstep_while
+from ._lockstep import lockstep_while, tree_where
 from ._loop import Buffers
-from ._packing import Rows
+from ._packing import Packing, Rows
 from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
@@ -54,7 +54,7 @@ def _next_store(
 
 
 def reverse_recompute(
-    back: Backward, enabled: Bool[ArrayLike, ""] = True
+    back: Backward, enabled: Bool[ArrayLike, ""] = True, before_steps: bool = False
 ) -> tuple[Cotangents, Buffers]:
     """Reverse with recomputation from the states a schedule kept in slots (see
     `_schedule._slots`), placing further checkpoints by Griewank's binomial rule. Each
@@ -64,8 +64,11 @@ def reverse_recompute(
     One iteration per tick rather than one per store halves the iterations of a binomial
     schedule, whose stores are about as many as its ticks. The slot bookkeeping is
     branch-free, so the slots never pass through a `cond` (which would copy them every
-    iteration). Where not `enabled`, nothing is reversed. Returns the cotangents (of the
-    initial carry, of the parameters) and what is left of the output cotangents."""
+    iteration). Where not `enabled`, nothing is reversed. `before_steps`: the slots hold
+    states before steps only, packed by `Run.step_packing` (see `_schedule._slots`);
+    then a state is stored only before a step, and a tick before every stored one (the
+    emits at the start) is recomputed from the initial carry. Returns the cotangents (of
+    the initial carry, of the parameters) and what is left of the output cotangents."""
     (_, last), (slots, table, _) = back.sweep.kept
     n = back.sweep.n
     ct_final, ct_params = back.start
@@ -75,7 +78,7 @@ def reverse_recompute(
     small = (jnp.where(enabled, n - 1, -1), n - 1, last, n - 1, table, ct_final)
     small, (_, ct_params, ct_buffers) = lockstep_while(
         lambda s, b: s[0] >= 0,
-        _Recomputation(back).reverse_tick,
+        _Recomputation(back, before_steps).reverse_tick,
         small,
         (slots, ct_params, back.ct_buffers),
         back.run.batched,
@@ -87,6 +90,12 @@ class _Recomputation(eqx.Module):
     """The ticks of `reverse_recompute`."""
 
     back: Backward
+    before_steps: bool
+
+    @property
+    def packing(self) -> Packing:
+        run = self.back.run
+        return run.step_packing if self.before_steps else run.packing
 
     def tick(self, carry: PyTree, index: Scalar) -> tuple[PyTree, Scalar]:
         """Tick `index` again, with the forward sweep's decision."""
@@ -106,15 +115,20 @@ class _Recomputation(eqx.Module):
         next checkpoint (an inactive sample stores to the scratch slot)."""
         carry, index, nxt = small
         slots, slot_index = large
-        store = (index == nxt) & active
+        run = self.back.run
+        due = index == nxt
+        # Before an emit, with states kept before steps only: the next tick instead.
+        storable = ~run.loop.pending(carry) if self.before_steps else True
+        store = due & storable & active
         free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
         scratch_slot = slot_index.shape[0]
-        run = self.back.run
         row = jnp.where(store, free_slot, scratch_slot)
-        slots = put_state(slots, row, carry, run.packing, run.batched)
+        slots = put_state(slots, row, carry, self.packing, run.batched)
         kept = jnp.where(store, index, slot_index[free_slot])
         slot_index = slot_index.at[free_slot].set(kept)
         nxt = _next_store(slot_index, index, target, store, nxt)
+        if self.before_steps:
+            nxt = jnp.where(due & ~store, jnp.minimum(index + 1, target), nxt)
         carry, index = self.tick(carry, index)
         return (carry, index, nxt), (slots, slot_index)
 
@@ -150,7 +164,11 @@ class _Recomputation(eqx.Module):
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
         target = jnp.where(active, target - 1, target)
         j = _nearest(slot_index, jnp.maximum(target, 0))
-        carry = get_state(slots, j, run.packing, run.batched)
+        carry = get_state(slots, j, self.packing, run.batched)
         index = slot_index[j]
+        if self.before_steps:  # no state stored before the emits at the start
+            none = (index < 0) | (index > jnp.maximum(target, 0))
+            carry = tree_where(none, run.init, carry)
+            index = jnp.where(none, 0, index)
         nxt = _next_store(slot_index, index, target)
         return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)

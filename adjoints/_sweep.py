@@ -39,6 +39,19 @@ class Run(eqx.Module):
         """How a state of this loop is packed into a row."""
         return Packing.of(self.init)
 
+    @property
+    def step_packing(self) -> Packing:
+        """How a state stored before a step is packed: without what a step never reads
+        (see `Loop.step_ignores`)."""
+        return packing_before_steps(self.loop, self.init)
+
+
+def packing_before_steps(loop: Loop, carry: PyTree) -> Packing:
+    """How a state of `loop` shaped as `carry` is packed when stored before a step:
+    without the leaves a step never reads (see `Loop.step_ignores`)."""
+    ignores = loop.step_ignores
+    return Packing.of(carry, None if ignores is None else ignores(carry))
+
 
 class Tick(eqx.Module):
     """A tick of the forward sweep: its number k and the carry before it."""

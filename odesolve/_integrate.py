@@ -430,6 +430,7 @@ def _loop(
         # index only advances past a row it keeps; other writes go to the scratch row,
         # which `_finish` drops.
         writes_once=True,
+        step_ignores=_step.step_ignores,
     )
 
 

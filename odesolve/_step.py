@@ -71,6 +71,15 @@ def time_leaves(tree: State) -> State:
     return jtu.tree_map_with_path(is_time, tree, is_leaf=lambda x: x is None)
 
 
+def step_ignores(tree: State) -> State:
+    """Which leaves of a State-shaped `tree` a step never reads: the last step's
+    interpolant (`row`), which a step writes afresh and only emits read. A state kept
+    for reverse mode before a step leaves it out: for Tsit5 it is 8 of a carry's 10
+    state vectors."""
+    is_row = lambda path, leaf: getattr(path[0], "name", None) == "row"
+    return jtu.tree_map_with_path(is_row, tree)
+
+
 _TIME_FIELDS = {("t",), ("t_next",), ("controller_state",), ("meter_last",)}
 
 

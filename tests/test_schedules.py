@@ -498,11 +498,13 @@ def _diffusion_gradient(field, y0, args, batch: int | None = None):
     jax.jit(jax.grad(loss)).lower(args, y0)  # traced, not compiled
 
 
-def test_a_cheap_step_on_a_large_state_keeps_bare_states_when_unbatched(monkeypatch):
+def test_a_cheap_step_on_a_large_state_keeps_bare_states_unless_its_segments_stay_long(monkeypatch):
     # A reaction-diffusion field on 200 points: 16 KB rows for 2.3 operations a byte.
     # Recomputing a step from its state is cheaper than writing and reading back its
-    # row (benchmarks/README.md): bare states. An MLP field, whose row costs 39
-    # operations a byte, and the same field under vmap keep taped segments.
+    # row (benchmarks/README.md): bare states. Under vmap, a batch of 4 shares the
+    # budget but still tapes segments of over SHORT_SEGMENT_TICKS ticks, and keeps them;
+    # a batch of 64 would tape 2 ticks a segment, and keeps bare states. An MLP field,
+    # whose row costs 39 operations a byte, keeps taped segments.
     chosen = _chosen_schedules(monkeypatch)
     x = jnp.linspace(0.0, 1.0, 200)
 
@@ -511,8 +513,13 @@ def test_a_cheap_step_on_a_large_state_keeps_bare_states_when_unbatched(monkeypa
 
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0))
     assert isinstance(chosen[-1], States)
+    # Each holds the budget's worth of states kept before a step: y and the derivative
+    # the next step starts from (2 x 200 float64) and a few scalars, a fifth of a carry.
+    assert 4 * 2**20 // chosen[-1].slots < 2 * 200 * 8 + 256
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=4)
     assert isinstance(chosen[-1], Segments)
+    _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=64)
+    assert isinstance(chosen[-1], States)
     keys = jax.random.split(jax.random.key(0), 2)
     weights = (jax.random.normal(keys[0], (128, 32)), jax.random.normal(keys[1], (32, 128)))
     mlp = lambda t, y, w: w[1] @ jnp.tanh(w[0] @ y) / 128

@@ -30,7 +30,9 @@ class Sizing(eqx.Module):
     - `bound`: the most ticks the loop can take; `num_steps`: its exact number of steps
       when known at trace time (else None); `max_emits`: the most emit ticks.
     - `state`, `row`, `slot`: bytes of a stored state, of a tape row (a step's residuals
-      or a state, the larger), of an online slot (a state and residuals beside it).
+      or a state, the larger), of an online slot (a state and residuals beside it);
+      `bare`: of a state stored before a step (`Run.step_packing`: without what a step
+      never reads).
     - `budget`: bytes each solve may keep. `checkpoints`: the adjoint's count of states
       of the step loop, or None (then sized by `budget`).
     """
@@ -43,6 +45,7 @@ class Sizing(eqx.Module):
     slot: int
     budget: int
     checkpoints: int | None
+    bare: int
 
     @property
     def offline(self) -> bool:

@@ -2,6 +2,11 @@
 states in a fixed number of slots, with a table of the tick each holds, the carry before
 the last tick (the reverse sweep starts from it), and the step-size decisions to replay.
 
+`States` and `Revolve` keep states before steps only, packed without what a step never
+reads (`Run.step_packing`): for an ODE, the last step's interpolant, which is most of a
+carry (Tsit5: 8 of 10 state vectors), so a budget holds several times more states. The
+state before an emit is recomputed from the one before the step that precedes it.
+
 Kept: ((the schedule's own state, the carry before the last tick), (slots, table,
 decisions)); see `AbstractSchedule`.
 """
@@ -15,7 +20,7 @@ from .._decisions import record
 from .._keeping import emit_tick, store_state
 from .._lockstep import tree_where
 from .._loop import Write
-from .._packing import Rows
+from .._packing import Packing, Rows
 from .._sweep import Kept, Run, SlotIndex, Tick, decision_record
 
 # A schedule's rule: (tick, its state, slot table, active) -> (whether to store the state
@@ -34,16 +39,21 @@ def empty_slots(run: Run, slots: Rows, state: PyTree) -> Kept:
 
 
 def keep_before(
-    rule: Rule, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+    rule: Rule,
+    run: Run,
+    at: Tick,
+    kept: Kept,
+    active: Bool[Array, ""],
+    packing: Packing | None = None,
 ) -> tuple[Kept, Int[Array, ""]]:
-    """Store the carry before tick `at.k` where `rule` says so (and `active`); also
-    returns the row written (the scratch row if none)."""
+    """Store the carry before tick `at.k` where `rule` says so (and `active`), packed by
+    `packing` (None: the whole carry); also returns the row written (the scratch row if
+    none)."""
     (state, _), (slots, table, decisions) = kept
     # A rule leaves an inactive sample's table as it is.
     store, slot, table, new_state = rule(at.k, state, table, active)
-    slots, table, row = store_state(
-        slots, table, at, slot, store & active, run.packing, run.batched
-    )
+    packing = run.packing if packing is None else packing
+    slots, table, row = store_state(slots, table, at, slot, store & active, packing, run.batched)
     state = tree_where(active, new_state, state)
     last = tree_where(active, at.carry, kept[0][1])
     return ((state, last), (slots, table, decisions)), row
@@ -54,6 +64,17 @@ def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[A
     small, (slots, table, decisions) = kept
     decisions = record(run.loop, decisions, before.k, before.carry, after.carry, active)
     return small, (slots, table, decisions)
+
+
+def emit_passing(
+    run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
+) -> tuple[Tick, tuple[Write, ...], Kept]:
+    """One emit of a schedule that keeps states before steps only: nothing stored, the
+    carry before it noted as the last, the decision after it recorded."""
+    (state, last), rest = kept
+    kept = (state, tree_where(active, at.carry, last)), rest
+    after, writes = emit_tick(run, at, active)
+    return after, writes, record_after(run, kept, at, after, active)
 
 
 def emit_keeping(

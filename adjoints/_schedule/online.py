@@ -52,8 +52,9 @@ class Online(AbstractSchedule):
         return jnp.ones((), jnp.int32), jnp.asarray(self.slots, jnp.int32)
 
     def in_order(self, state: _State) -> Bool[Array, ""]:
-        """Whether the slots still hold every tick so far, slot k holding tick k (no
-        thinning yet): the reverse sweep can then run as a tape."""
+        """Whether no slot was thinned yet: the slots then hold every tick so far that
+        was stored, in order (for `Online`, every tick: slot k holds tick k, and the
+        reverse sweep can run as a tape)."""
         return state[0] == 1
 
     def store(
@@ -85,7 +86,11 @@ class Online(AbstractSchedule):
         stride, free, table = lax.cond(eqxi.unvmap_any(thin), thinned, unchanged)
         due = active & (k % stride == 0)
         first_free = lambda: jnp.argmax(table < 0).astype(jnp.int32)
-        in_order = lambda: jnp.asarray(k, jnp.int32)
+        # Slots fill in order until the first thinning: the next is the count stored so
+        # far (tick k where every tick is stored; fewer where a schedule stores only the
+        # states before steps).
+        assert self.slots is not None  # sized
+        in_order = lambda: jnp.asarray(self.slots - free, jnp.int32)
         slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
         return due, slot, table, (stride, free - due.astype(jnp.int32))
 

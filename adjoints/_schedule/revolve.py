@@ -12,7 +12,7 @@ from .._loop import Write
 from .._reverse_recompute import reverse_recompute
 from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
 from ._base import AbstractSchedule, Sizing
-from ._slots import emit_keeping, empty_slots, keep_before, record_after
+from ._slots import emit_passing, empty_slots, keep_before, record_after
 
 
 def sweep_positions(n: int, slots: int) -> tuple[int, ...]:
@@ -83,7 +83,7 @@ class Revolve(AbstractSchedule):
 
     def empty(self, run: Run) -> Kept:
         assert self.slots is not None  # sized
-        return empty_slots(run, run.packing.empty(self.slots + 1), self.init())
+        return empty_slots(run, run.step_packing.empty(self.slots + 1), self.init())
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
         """Bare steps up to the next tick that stores (and before the last tick, whose
@@ -93,14 +93,14 @@ class Revolve(AbstractSchedule):
         at = skip_ahead(run, at, stop)
         loop = run.loop
         active = active & loop.cond(run.params, at.carry) & ~loop.pending(at.carry)
-        kept, _ = keep_before(self.store, run, at, kept, active)
+        kept, _ = keep_before(self.store, run, at, kept, active, run.step_packing)
         after = bare_step(run, at, active)
         return after, record_after(run, kept, at, after, active)
 
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
-        return emit_keeping(self.store, run, at, kept, active)
+        return emit_passing(run, at, kept, active)
 
     def reverse(self, back: Backward) -> Cotangents:
-        return reverse_recompute(back)[0]
+        return reverse_recompute(back, before_steps=True)[0]

@@ -7,7 +7,8 @@ can be many times a state's. Within a fixed budget such rows leave only a few sl
 online slots with residuals thin almost at once and recompute ticks several times over.
 Bare states are small: many more fit, a solve of up to `slots` ticks recomputes no tick
 forwards, and each tick's VJP (the step linearised again from its state, as Diffrax's
-reverse sweep does) costs the same however the field is written.
+reverse sweep does) costs the same however the field is written. States are kept before
+steps only, without what a step never reads (see `_slots`).
 """
 
 import equinox as eqx
@@ -18,7 +19,7 @@ from .._loop import Write
 from .._reverse_recompute import reverse_recompute
 from .._sweep import Backward, Cotangents, Kept, Run, Tick
 from ._base import AbstractSchedule, Sizing
-from ._slots import emit_keeping, empty_slots, keep_before, record_after
+from ._slots import emit_passing, empty_slots, keep_before, record_after
 from .online import Online
 
 
@@ -38,7 +39,7 @@ class States(AbstractSchedule):
         if self.slots is not None:
             return States(min(self.slots, sizing.bound))
         if self.checkpoints is None and sizing.checkpoints is None:
-            bare = sizing.budget // max(sizing.state, 1)
+            bare = sizing.budget // max(sizing.bare, 1)
         else:
             bare = sizing.slots(self.checkpoints)
         return States(max(2, min(bare, sizing.bound)))
@@ -49,17 +50,17 @@ class States(AbstractSchedule):
 
     def empty(self, run: Run) -> Kept:
         assert self.slots is not None  # sized
-        return empty_slots(run, run.packing.empty(self.slots + 1), self._online().init())
+        return empty_slots(run, run.step_packing.empty(self.slots + 1), self._online().init())
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
-        kept, _ = keep_before(self._online().store, run, at, kept, active)
+        kept, _ = keep_before(self._online().store, run, at, kept, active, run.step_packing)
         after = bare_step(run, at, active)
         return after, record_after(run, kept, at, after, active)
 
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
-        return emit_keeping(self._online().store, run, at, kept, active)
+        return emit_passing(run, at, kept, active)
 
     def reverse(self, back: Backward) -> Cotangents:
-        return reverse_recompute(back)[0]
+        return reverse_recompute(back, before_steps=True)[0]
