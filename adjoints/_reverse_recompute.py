@@ -10,7 +10,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 from . import _decisions
 from ._binomial import next_checkpoint
 from ._decisions import Recorded
-from ._lockstep import lockstep_while, tree_where
+from ._lockstep import lockstep_while, where_any
 from ._loop import Buffers
 from ._packing import Packing, Rows
 from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state
@@ -72,13 +72,20 @@ def reverse_recompute(
     (_, last), (slots, table, _) = back.sweep.kept
     n = back.sweep.n
     ct_final, ct_params = back.start
-    # Start at the last tick, whose carry the forward sweep kept. Under `vmap` the samples
-    # go in lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
+    recomputation = _Recomputation(back, before_steps)
+    # Start at the last tick, from the carry before it where the forward sweep kept it,
+    # else from the latest state stored before it. Under `vmap` the samples go in
+    # lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
     # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
-    small = (jnp.where(enabled, n - 1, -1), n - 1, last, n - 1, table, ct_final)
+    target = jnp.where(enabled, n - 1, -1)
+    if last is None:
+        carry, index, nxt = recomputation.restore(slots, table, target)
+        small = (target, index, carry, nxt, table, ct_final)
+    else:
+        small = (target, n - 1, last, n - 1, table, ct_final)
     small, (_, ct_params, ct_buffers) = lockstep_while(
         lambda s, b: s[0] >= 0,
-        _Recomputation(back, before_steps).reverse_tick,
+        recomputation.reverse_tick,
         small,
         (slots, ct_params, back.ct_buffers),
         back.run.batched,
@@ -163,12 +170,22 @@ class _Recomputation(eqx.Module):
         # before the next.
         slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
         target = jnp.where(active, target - 1, target)
+        carry, index, nxt = self.restore(slots, slot_index, target)
+        return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
+
+    def restore(
+        self, slots: Rows, slot_index: SlotIndex, target: Scalar
+    ) -> tuple[PyTree, Scalar, Scalar]:
+        """The latest stored state before tick `target`, its tick, and the next tick to
+        store on the way to `target`."""
+        run = self.back.run
         j = _nearest(slot_index, jnp.maximum(target, 0))
         carry = get_state(slots, j, self.packing, run.batched)
         index = slot_index[j]
         if self.before_steps:  # no state stored before the emits at the start
             none = (index < 0) | (index > jnp.maximum(target, 0))
-            carry = tree_where(none, run.init, carry)
+            # A branch: the initial carry is read for those emits only, not selected
+            # leaf by leaf on every tick.
+            carry = where_any(none, lambda: run.init, carry)
             index = jnp.where(none, 0, index)
-        nxt = _next_store(slot_index, index, target)
-        return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
+        return carry, index, _next_store(slot_index, index, target)

@@ -47,8 +47,20 @@ def _jacobian(saving: str):
     return jax.jacfwd(forward)(_RATES)  # (outputs..., 3 rates)
 
 
-@pytest.mark.parametrize("saving", ["ts", "steps", "dense"])
-@pytest.mark.parametrize("slots", [2, 5])
+_HEAVY = pytest.mark.matrix  # runs with -m matrix
+
+
+@pytest.mark.parametrize(
+    "saving, slots",
+    [
+        ("ts", 2),
+        ("steps", 5),
+        ("dense", 2),
+        pytest.param("ts", 5, marks=_HEAVY),
+        pytest.param("steps", 2, marks=_HEAVY),
+        pytest.param("dense", 5, marks=_HEAVY),
+    ],
+)
 def test_bare_states_give_forward_modes_gradient(saving, slots):
     adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.States(slots=slots))
     loss = lambda r: jnp.sum(_outputs(r, adjoint, saving) ** 2)
@@ -58,7 +70,7 @@ def test_bare_states_give_forward_modes_gradient(saving, slots):
 
 
 @pytest.mark.parametrize(
-    "order", ["vmap(grad)", "grad(vmap)", pytest.param("jacrev", marks=pytest.mark.matrix)]
+    "order", ["grad(vmap)", *(pytest.param(o, marks=_HEAVY) for o in ("vmap(grad)", "jacrev"))]
 )
 def test_bare_states_in_every_order(order):
     adjoint = ode.RecursiveCheckpointAdjoint(schedule=ode.States(slots=3))

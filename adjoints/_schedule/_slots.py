@@ -1,6 +1,7 @@
 """What the schedules that reverse by recomputation keep (`Online`, `States`, `Revolve`):
 states in a fixed number of slots, with a table of the tick each holds, the carry before
-the last tick (the reverse sweep starts from it), and the step-size decisions to replay.
+the last tick (the reverse sweep starts from it; `States` keeps none, see `empty_slots`),
+and the step-size decisions to replay.
 
 `States` and `Revolve` keep states before steps only, packed without what a step never
 reads (`Run.step_packing`): for an ODE, the last step's interpolant, which is most of a
@@ -31,11 +32,14 @@ Rule = Callable[
 ]
 
 
-def empty_slots(run: Run, slots: Rows, state: PyTree) -> Kept:
+def empty_slots(run: Run, slots: Rows, state: PyTree, keeps_last: bool = True) -> Kept:
     """Nothing kept yet: `slots` (one row per slot and a scratch row), a free table, the
-    schedule's first `state`."""
+    schedule's first `state`. Where not `keeps_last`, the carry before the last tick is
+    not kept (None): the reverse sweep recomputes it from the states stored before it.
+    Keeping it holds the carry before each tick beside the one after, and XLA then
+    copies every carried array on every step (the last step's interpolant too)."""
     table = jnp.full((slots[0].shape[0] - 1,), -1, jnp.int32)
-    return (state, run.init), (slots, table, decision_record(run))
+    return (state, run.init if keeps_last else None), (slots, table, decision_record(run))
 
 
 def keep_before(
@@ -55,8 +59,12 @@ def keep_before(
     packing = run.packing if packing is None else packing
     slots, table, row = store_state(slots, table, at, slot, store & active, packing, run.batched)
     state = tree_where(active, new_state, state)
-    last = tree_where(active, at.carry, kept[0][1])
-    return ((state, last), (slots, table, decisions)), row
+    return ((state, _noted_last(at, kept[0][1], active)), (slots, table, decisions)), row
+
+
+def _noted_last(at: Tick, last: PyTree | None, active: Bool[Array, ""]) -> PyTree | None:
+    """The carry before the last tick, noted as tick `at.k` is taken (where kept)."""
+    return None if last is None else tree_where(active, at.carry, last)
 
 
 def record_after(run: Run, kept: Kept, before: Tick, after: Tick, active: Bool[Array, ""]) -> Kept:
@@ -72,7 +80,7 @@ def emit_passing(
     """One emit of a schedule that keeps states before steps only: nothing stored, the
     carry before it noted as the last, the decision after it recorded."""
     (state, last), rest = kept
-    kept = (state, tree_where(active, at.carry, last)), rest
+    kept = (state, _noted_last(at, last, active)), rest
     after, writes = emit_tick(run, at, active)
     return after, writes, record_after(run, kept, at, after, active)
 

@@ -50,7 +50,8 @@ class States(AbstractSchedule):
 
     def empty(self, run: Run) -> Kept:
         assert self.slots is not None  # sized
-        return empty_slots(run, run.step_packing.empty(self.slots + 1), self._online().init())
+        slots = run.step_packing.empty(self.slots + 1)
+        return empty_slots(run, slots, self._online().init(), keeps_last=False)
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
         kept, _ = keep_before(self._online().store, run, at, kept, active, run.step_packing)
