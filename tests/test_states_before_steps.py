@@ -5,7 +5,8 @@ that precedes it, or from the initial carry for the emits before the first step.
 
 Checked against forward mode through the plain loop (no reverse sweep at all), with few
 slots so that states are thinned and recomputed, output at the start (emits before any
-step), between steps, at every step and as dense output, in each order users compose."""
+step), between steps, at every step, as dense output and at the end only (the last tick a
+step), in each order users compose."""
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ def _outputs(rates, adjoint, saving: str):
         "ts": ode.SaveAt(ts=_TS),
         "steps": ode.SaveAt(t0=True, steps=True),
         "dense": ode.SaveAt(dense=True),
+        "t1": ode.SaveAt(t1=True),  # no emits: the last tick is a step
     }[saving]
     sol = ode.diffeqsolve(
         ode.ODETerm(_field), ode.Tsit5(), 0.0, 2.0, 0.05, _Y0, rates,
@@ -55,7 +57,8 @@ _HEAVY = pytest.mark.matrix  # runs with -m matrix
     [
         ("ts", 2),
         ("steps", 5),
-        ("dense", 2),
+        ("t1", 2),
+        pytest.param("dense", 2, marks=_HEAVY),
         pytest.param("ts", 5, marks=_HEAVY),
         pytest.param("steps", 2, marks=_HEAVY),
         pytest.param("dense", 5, marks=_HEAVY),
