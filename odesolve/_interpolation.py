@@ -26,13 +26,16 @@ def position(t0: Array, t1: Array, t: Array) -> tuple[Array, Array]:
     """(h, theta): the step's size and where t lies in it.
 
     A step of no length is a solve's start, before its first step, whose dense vectors
-    each hold the initial slope (see `_step.empty_row`): it is taken as the step from t0
-    to t, at theta = 1, so that its value y0 + (t - t0) sum_i b_i k_i is y0 at t = t0
-    with the derivative in t (or in t0) that the first step's interpolant would give a
-    save time at t0."""
+    each hold the initial slope k0 (see `_step.empty_row`): it is taken as a step of unit
+    length with theta = t - t0 (0: only t0 is read on it), so that its value
+    y0 + sum_i b_i(t - t0) k0 = y0 + (t - t0) k0 (an interpolant's weights sum to theta)
+    is y0 at t = t0 with the derivative in t (or in t0) that the first step's
+    interpolant would give a save time at t0. `h` stays one number a step, not one a
+    save time: XLA:CPU computed a block of save times' values about twice as slowly
+    with a size for each (benchmarks/README.md)."""
     h = t1 - t0
     empty = h == 0
-    return jnp.where(empty, t - t0, h), jnp.where(empty, 1, (t - t0) / jnp.where(empty, 1, h))
+    return jnp.where(empty, 1, h), jnp.where(empty, t - t0, (t - t0) / jnp.where(empty, 1, h))
 
 
 def _bernstein(monomial: Sequence[float]) -> tuple[float, ...]:

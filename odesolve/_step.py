@@ -193,10 +193,10 @@ def initial_state(
 def empty_row(
     config: Config, t0: Float[Array, ""], y0: Float[Array, " n"], k0: Float[Array, " n"]
 ) -> tuple:
-    """The row before the first step: of no length, each dense vector k0. Read as the
-    step from t0 to t at theta = 1 (see `_interpolation.position`), it gives
-    y0 + (t - t0) k0 (a step's weights at theta = 1 sum to 1): y0 at t0, with the
-    derivative in time that a save time at t0 has."""
+    """The row before the first step: of no length, each dense vector k0. Read as a
+    step of unit length at theta = t - t0 (see `_interpolation.position`), it gives
+    y0 + (t - t0) k0 (a step's weights sum to theta): y0 at t0, with the derivative in
+    time that a save time at t0 has."""
     return (t0, y0, tuple(k0 for _ in config.table))
 
 
