@@ -34,6 +34,12 @@ def _step_position(
     return _interpolation.position(t0_, t1_, t_)
 
 
+def _no_length(t0: RealScalarLike, t1: RealScalarLike, state: PyTree) -> Array:
+    """Whether the step is of no length (`_step_position` then gives it a unit size)."""
+    t0_, t1_ = as_times(t0, t1, state=state)
+    return t1_ == t0_
+
+
 class LocalLinearInterpolation(AbstractLocalInterpolation):
     """y0 + (t - t0) / (t1 - t0) * (y1 - y0) on [t0, t1] (Euler's, Heun's dense
     output). `y0`, `y1`: PyTrees of one structure."""
@@ -61,9 +67,9 @@ class LocalLinearInterpolation(AbstractLocalInterpolation):
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree:
         """(y1 - y0) / (t1 - t0): constant on the step (0 on a step of no length)."""
         h, _ = _step_position(self.t0, self.t1, t, self.y0)
-        safe = jnp.where(h == 0, 1, h)
+        empty = _no_length(self.t0, self.t1, self.y0)
         return jtu.tree_map(
-            lambda a, b: jnp.where(h == 0, 0, _scaled(1 / safe, b - a)),
+            lambda a, b: jnp.where(empty, 0, _scaled(1 / h, b - a)),
             _arrays(self.y0),
             _arrays(self.y1),
         )
@@ -90,13 +96,13 @@ class AbstractPolynomialInterpolation(AbstractLocalInterpolation):
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree:
         """dy/dt: the polynomial's theta-derivative over the step size."""
         h, theta = _step_position(self.t0, self.t1, t, self._values())
-        safe = jnp.where(h == 0, 1, h)
+        empty = _no_length(self.t0, self.t1, self._values())
 
         def slope(c: Array) -> Array:
             degree = c.shape[0] - 1
             powers = np.arange(degree, 0, -1).reshape((-1,) + (1,) * (c.ndim - 1))
             d_theta = _horner(c[:-1] * powers.astype(c.dtype), theta)
-            return jnp.where(h == 0, 0, _scaled(1 / safe, d_theta))
+            return jnp.where(empty, 0, _scaled(1 / h, d_theta))
 
         return jtu.tree_map(slope, self.coeffs)
 
