@@ -15,7 +15,8 @@ from ._lockstep import if_any
 from ._loop import Write
 from ._packing import Packing, Rows
 from ._residuals import Layout, TapeRows, linearise
-from ._sweep import Run, SlotIndex, Tick, put_state
+from ._slot_table import SlotTable
+from ._sweep import Run, Tick, put_state
 
 
 def bare_step(run: Run, at: Tick, active: Bool[Array, ""]) -> Tick:
@@ -65,21 +66,19 @@ def taped_step(
 
 def store_state(
     slots: Rows,
-    table: SlotIndex,
+    table: SlotTable,
     at: Tick,
     slot: Int[Array, ""],
     store: Bool[Array, ""],
     packing: Packing,
     batched: bool = False,
-) -> tuple[Rows, SlotIndex, Int[Array, ""]]:
+) -> tuple[Rows, SlotTable, Int[Array, ""]]:
     """Store the carry before tick `at.k` in `slot` where `store`, else in the scratch
-    row (the last), and mark it in the slot table (`table[i]`: the tick slot i holds, -1
-    if free). Returns the slots, the table and the row written."""
-    row = jnp.where(store, slot, table.shape[0])
+    row (the last), and mark it in the slot table. Returns the slots, the table and the
+    row written."""
+    row = jnp.where(store, slot, table.count)
     slots = put_state(slots, row, at.carry, packing, batched)
-    # One entry of the table written, not the whole table selected.
-    table = table.at[slot].set(jnp.where(store, at.k, table[slot]))
-    return slots, table, row
+    return slots, table.holding(slot, at.k, store), row
 
 
 def skip_ahead(run: Run, at: Tick, stop: Int[Array, ""]) -> Tick:

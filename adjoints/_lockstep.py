@@ -89,6 +89,18 @@ def if_any(
     return lax.cond(eqxi.unvmap_any(active), fn, otherwise)
 
 
+def at_most_once(go: Bool[ArrayLike, ""], fn: Callable[[T], T], value: T) -> T:
+    """`fn(value)` if `go` (unbatched), else `value`, as a loop run at most once. A
+    `cond` would do, but XLA copies a branch's output that is its input: a slot table
+    passed through one is copied every tick (280 KB a tick for the default budget's
+    70,000 slots of a small state), where a loop updates it in place."""
+
+    def once(state: tuple[Bool[ArrayLike, ""], T]) -> tuple[Bool[ArrayLike, ""], T]:
+        return jnp.asarray(False), fn(state[1])
+
+    return lax.while_loop(lambda state: state[0], once, (go, value))[1]
+
+
 def tree_where(active: Bool[ArrayLike, ""], new: T, old: T) -> T:
     """`new` where `active`, else `old`, leaf by leaf."""
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, old)

@@ -1,6 +1,11 @@
 """Reversing from stored states by recomputation: restore the latest state before the
 tick to reverse, run forward to it (storing further states in free slots by Griewank's
-binomial rule), apply the tick's VJP."""
+binomial rule), apply the tick's VJP.
+
+The slots are a stack in tick order (`SlotTable`): the reverse sweep only ever restores
+the latest state, releases it once its tick is reversed, and stores states later than
+every one it holds, so a reverse tick reads and writes one entry of the table.
+"""
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -13,40 +18,35 @@ from ._decisions import Recorded
 from ._lockstep import lockstep_while, where_any
 from ._loop import Buffers
 from ._packing import Packing, Rows
-from ._sweep import Backward, Cotangents, SlotIndex, get_state, put_state
+from ._slot_table import SlotTable
+from ._sweep import Backward, Cotangents, get_state, put_state
 from ._tick_vjp import add, batched_tick_vjp, tick_vjp
 
 Scalar = Int[Array, ""]
-# Advancing: (carry, its tick, the next tick to store) and (slots, slot table).
-_Advance = tuple[PyTree, Scalar, Scalar]
-_Stored = tuple[Rows, SlotIndex]
-# Reversing: (tick to reverse, tick of the carry, carry, next tick to store, slot table,
-# cotangent of the carry after the tick) and (slots, parameters' cotangent, buffers').
-_Small = tuple[Scalar, Scalar, PyTree, Scalar, SlotIndex, PyTree]
-_Large = tuple[Rows, PyTree, Buffers]
-
-
-def _nearest(slot_index: SlotIndex, target: Scalar) -> Scalar:
-    """Slot holding the latest stored tick <= target."""
-    eligible = jnp.where((slot_index >= 0) & (slot_index <= target), slot_index, -1)
-    return jnp.argmax(eligible).astype(jnp.int32)
+# Advancing: (carry, its tick, the next tick to store, slots in use) and (slots, table).
+_Advance = tuple[PyTree, Scalar, Scalar, Scalar]
+_Stored = tuple[Rows, SlotTable]
+# Reversing: (tick to reverse, tick of the carry, carry, next tick to store, slots in
+# use, cotangent of the carry after the tick) and (slots, slot table, parameters'
+# cotangent, buffers').
+_Small = tuple[Scalar, Scalar, PyTree, Scalar, Scalar, PyTree]
+_Large = tuple[Rows, SlotTable, PyTree, Buffers]
 
 
 def _next_store(
-    slot_index: SlotIndex,
+    free: Scalar,
     index: Scalar,
     target: Scalar,
     moved: Bool[ArrayLike, ""] = True,
     previous: Scalar | None = None,
 ) -> Scalar:
     """Where the next state goes when holding the state before tick `index` and needing
-    the one before `target`: Griewank's binomial rule over the free slots (the target
+    the one before `target`, with `free` slots: Griewank's binomial rule (the target
     itself, never stored, when no slot is free). Where not `moved`, `previous` stays:
     one `cond` for both, so the rule runs only when it is needed."""
     otherwise = target if previous is None else jnp.where(moved, target, previous)
 
     def rule() -> Scalar:
-        free = jnp.sum(slot_index < 0).astype(jnp.int32)
         nxt = jnp.clip(next_checkpoint(index, target, jnp.maximum(free, 1)), index + 1, target)
         return jnp.where(free > 0, nxt, target)
 
@@ -79,22 +79,24 @@ def reverse_recompute(
     # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
     target = jnp.where(enabled, n - 1, -1)
     if last is None:
-        carry, index, nxt = recomputation.restore(slots, table, target)
-        small = (target, index, carry, nxt, table, ct_final)
+        carry, index, nxt = recomputation.restore(slots, table, table.used(), target)
+        small = (target, index, carry, nxt, table.used(), ct_final)
     else:
-        small = (target, n - 1, last, n - 1, table, ct_final)
-    small, (_, ct_params, ct_buffers) = lockstep_while(
+        small = (target, n - 1, last, n - 1, table.used(), ct_final)
+    small, (_, _, ct_params, ct_buffers) = lockstep_while(
         lambda s, b: s[0] >= 0,
         recomputation.reverse_tick,
         small,
-        (slots, ct_params, back.ct_buffers),
+        (slots, table, ct_params, back.ct_buffers),
         back.run.batched,
     )
     return (small[5], ct_params), ct_buffers
 
 
 class _Recomputation(eqx.Module):
-    """The ticks of `reverse_recompute`."""
+    """The ticks of `reverse_recompute`. The slot table changes only where a state is
+    stored (a write that a sample not going leaves unchanged), so it goes with the slots
+    rather than being selected per sample every tick; the count of slots in use is."""
 
     back: Backward
     before_steps: bool
@@ -120,24 +122,24 @@ class _Recomputation(eqx.Module):
     ) -> tuple[_Advance, _Stored]:
         """One tick towards `target`, first storing the state before it if it is the
         next checkpoint (an inactive sample stores to the scratch slot)."""
-        carry, index, nxt = small
-        slots, slot_index = large
+        carry, index, nxt, used = small
+        slots, table = large
         run = self.back.run
+        count = table.count
         due = index == nxt
         # Before an emit, with states kept before steps only: the next tick instead.
         storable = ~run.loop.pending(carry) if self.before_steps else True
         store = due & storable & active
-        free_slot = jnp.argmax(slot_index < 0).astype(jnp.int32)
-        scratch_slot = slot_index.shape[0]
-        row = jnp.where(store, free_slot, scratch_slot)
+        free_slot = table.free_slot(used)
+        row = jnp.where(store, free_slot, count)  # else the scratch row
         slots = put_state(slots, row, carry, self.packing, run.batched)
-        kept = jnp.where(store, index, slot_index[free_slot])
-        slot_index = slot_index.at[free_slot].set(kept)
-        nxt = _next_store(slot_index, index, target, store, nxt)
+        table = table.holding(free_slot, index, store)
+        used = used + store.astype(jnp.int32)
+        nxt = _next_store(count - used, index, target, store, nxt)
         if self.before_steps:
             nxt = jnp.where(due & ~store, jnp.minimum(index + 1, target), nxt)
         carry, index = self.tick(carry, index)
-        return (carry, index, nxt), (slots, slot_index)
+        return (carry, index, nxt, used), (slots, table)
 
     def reverse_tick(
         self, small: _Small, large: _Large, active: Bool[Array, ""]
@@ -145,14 +147,13 @@ class _Recomputation(eqx.Module):
         """Advance to tick `target`, apply its VJP, restore the latest state before the
         next one."""
         run = self.back.run
-        target, index, carry, nxt, slot_index, ct_carry = small
-        slots, ct_params, ct_bufs = large
-        # The slot table goes with the slots: written only where a sample stores.
-        (carry, index, nxt), (slots, slot_index) = lockstep_while(
+        target, index, carry, nxt, used, ct_carry = small
+        slots, table, ct_params, ct_bufs = large
+        (carry, index, nxt, used), (slots, table) = lockstep_while(
             lambda s, b: s[1] < target,
             lambda s, b, a: self.advance(target, s, b, a),
-            (carry, index, nxt),
-            (slots, slot_index),
+            (carry, index, nxt, used),
+            (slots, table),
             run.batched,
         )
         loop, params, diff = run.loop, run.params, run.diff
@@ -166,26 +167,28 @@ class _Recomputation(eqx.Module):
             scratch = self.back.scratch
             dp, ct_carry, ct_bufs = tick_vjp(loop, params, carry, scratch, ct_carry, ct_bufs, diff)
             ct_params = add(ct_params, dp)
-        # Release the states at or after the tick just reversed, restore the latest one
-        # before the next.
-        slot_index = jnp.where(active & (slot_index >= target), -1, slot_index)
+        # Release the state before the tick just reversed, if kept (every later one was
+        # released before), and restore the latest one before the next.
+        released = active & (used > 0) & (table.ticks[table.top(used)] >= target)
+        used = used - released.astype(jnp.int32)
         target = jnp.where(active, target - 1, target)
-        carry, index, nxt = self.restore(slots, slot_index, target)
-        return (target, index, carry, nxt, slot_index, ct_carry), (slots, ct_params, ct_bufs)
+        carry, index, nxt = self.restore(slots, table, used, target)
+        return (target, index, carry, nxt, used, ct_carry), (slots, table, ct_params, ct_bufs)
 
     def restore(
-        self, slots: Rows, slot_index: SlotIndex, target: Scalar
+        self, slots: Rows, table: SlotTable, used: Scalar, target: Scalar
     ) -> tuple[PyTree, Scalar, Scalar]:
-        """The latest stored state before tick `target`, its tick, and the next tick to
-        store on the way to `target`."""
+        """The latest stored state before tick `target` (the top of the stack: every
+        later one is released), its tick, and the next tick to store on the way to
+        `target`."""
         run = self.back.run
-        j = _nearest(slot_index, jnp.maximum(target, 0))
+        j = table.top(used)
         carry = get_state(slots, j, self.packing, run.batched)
-        index = slot_index[j]
+        index = table.ticks[j]
         if self.before_steps:  # no state stored before the emits at the start
-            none = (index < 0) | (index > jnp.maximum(target, 0))
+            none = (used == 0) | (index > jnp.maximum(target, 0))
             # A branch: the initial carry is read for those emits only, not selected
             # leaf by leaf on every tick.
             carry = where_any(none, lambda: run.init, carry)
             index = jnp.where(none, 0, index)
-        return carry, index, _next_store(slot_index, index, target)
+        return carry, index, _next_store(table.count - used, index, target)

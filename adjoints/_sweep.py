@@ -13,7 +13,6 @@ from ._loop import Buffers, Loop, Write, scratch_row
 from ._packing import Packing, Rows
 from ._rows import read_row, write_row
 
-SlotIndex = Int[Array, " slots"]  # the tick whose state each slot holds, -1 if free
 # Cotangents of (a carry, the differentiated parameters).
 Cotangents = tuple[PyTree, PyTree]
 # What a schedule keeps on the way forward: (a part selected per sample, a part written

@@ -20,6 +20,7 @@ from adjoints._adjoint import least_states
 from adjoints._loop import Loop
 from adjoints._schedule import Nested, Online, Segments, States, forward_steps, next_checkpoint
 from adjoints._schedule.nested import _bytes, _smallest
+from adjoints._slot_table import SlotTable
 from adjoints._work import operations
 
 # ------------------------------------------------------------------ binomial rule
@@ -83,22 +84,25 @@ def test_online_thinning_keeps_multiples_of_the_stride():
     slots = 4
     schedule = Online(slots=slots)
     state = schedule.init()
-    table = jnp.full((slots,), -1, jnp.int32)
+    table = SlotTable.empty(slots)
     thinnings = 0
     for k in range(41):
         old_stride = int(state[0])
         due, slot, table, state = schedule.store(jnp.int32(k), state, table)
         stride = state[0]
-        assert int(state[1]) == int(jnp.sum(table < 0)) - int(due)  # free slots, counted
+        assert int(state[1]) == int(jnp.sum(table.ticks < 0)) - int(due)  # free, counted
         if int(stride) != old_stride:  # a thinning happened at this tick
             thinnings += 1
             assert int(stride) == 2 * old_stride
-            kept = [int(x) for x in table if x >= 0]
+            kept = [int(x) for x in table.ticks if x >= 0]
             assert all(x % int(stride) == 0 for x in kept), (k, kept)
         if bool(due):
-            assert int(table[slot]) == -1, "stored over a live slot"
-            table = table.at[slot].set(k)
-        kept = sorted(int(x) for x in table if x >= 0)
+            assert int(table.ticks[slot]) == -1, "stored over a live slot"
+            table = table.holding(slot, jnp.int32(k), True)
+        kept = sorted(int(x) for x in table.ticks if x >= 0)
+        # The stack: the slots in use first, in the order of their ticks.
+        stack = [int(table.ticks[i]) for i in table.order[: len(kept)]]
+        assert stack == kept, (k, stack)
         assert len(kept) <= slots
         assert kept[0] == 0
         # Exactly the multiples of the stride seen so far are held.
@@ -111,12 +115,12 @@ def test_online_thinning_keeps_multiples_of_the_stride():
 def online_positions(n: int, slots: int) -> list[int]:
     """States the online schedule holds after n ticks (driving `Online.store`)."""
     schedule = Online(slots=slots)
-    state, table = schedule.init(), jnp.full((slots,), -1, jnp.int32)
+    state, table = schedule.init(), SlotTable.empty(slots)
     for k in range(n):
         due, slot, table, state = schedule.store(jnp.int32(k), state, table)
         if bool(due):
-            table = table.at[slot].set(k)
-    return sorted(int(x) for x in table if x >= 0)
+            table = table.holding(slot, jnp.int32(k), True)
+    return sorted(int(x) for x in table.ticks if x >= 0)
 
 
 def online_reverse_evaluations(n: int, slots: int) -> int:

@@ -14,7 +14,6 @@ decisions)); see `AbstractSchedule`.
 
 from collections.abc import Callable
 
-import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from .._decisions import record
@@ -22,13 +21,14 @@ from .._keeping import emit_tick, store_state
 from .._lockstep import tree_where
 from .._loop import Write
 from .._packing import Packing, Rows
-from .._sweep import Kept, Run, SlotIndex, Tick, decision_record
+from .._slot_table import SlotTable
+from .._sweep import Kept, Run, Tick, decision_record
 
 # A schedule's rule: (tick, its state, slot table, active) -> (whether to store the state
 # before the tick, its slot, the table after any thinning, the schedule's new state).
 Rule = Callable[
-    [Int[Array, ""], PyTree, SlotIndex, Bool[ArrayLike, ""]],
-    tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, PyTree],
+    [Int[Array, ""], PyTree, SlotTable, Bool[ArrayLike, ""]],
+    tuple[Bool[Array, ""], Int[Array, ""], SlotTable, PyTree],
 ]
 
 
@@ -38,7 +38,7 @@ def empty_slots(run: Run, slots: Rows, state: PyTree, keeps_last: bool = True) -
     not kept (None): the reverse sweep recomputes it from the states stored before it.
     Keeping it holds the carry before each tick beside the one after, and XLA then
     copies every carried array on every step (the last step's interpolant too)."""
-    table = jnp.full((slots[0].shape[0] - 1,), -1, jnp.int32)
+    table = SlotTable.empty(slots[0].shape[0] - 1)
     return (state, run.init if keeps_last else None), (slots, table, decision_record(run))
 
 

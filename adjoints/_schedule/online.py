@@ -14,15 +14,16 @@ fixed; recomputation grows like the binomial schedule's for the gap length.
 import equinox as eqx
 import equinox.internal as eqxi
 import jax.numpy as jnp
-from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from .._keeping import taped_step
+from .._lockstep import at_most_once
 from .._loop import Write
 from .._residuals import tape_rows
 from .._reverse_recompute import reverse_recompute
 from .._reverse_tape import reverse_tape
-from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
+from .._slot_table import SlotTable
+from .._sweep import Backward, Cotangents, Kept, Run, Tick
 from ._base import AbstractSchedule, Sizing
 from ._slots import emit_keeping, empty_slots, keep_before, record_after
 
@@ -61,37 +62,32 @@ class Online(AbstractSchedule):
         self,
         k: Int[Array, ""],
         state: _State,
-        slot_index: SlotIndex,
+        table: SlotTable,
         active: Bool[ArrayLike, ""] = True,
-    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, _State]:
+    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotTable, _State]:
         """Whether to store the state before tick k, its slot, the slot table after any
-        thinning (the caller writes k into the slot) and the new state. `slot_index[i]`
-        is the tick whose state slot i holds, -1 if free. Only an `active` sample (see
-        `lockstep_while`) stores or thins.
+        thinning (the caller marks k in the slot) and the new state. Only an `active`
+        sample (see `lockstep_while`) stores or thins.
 
         Per tick this is scalar work: the table is rewritten only when some sample thins
-        (a `cond` on any, which under `vmap` stays a branch), and searched for a free slot
-        only once some sample has thinned (before that, slot k is the free one)."""
-        table = slot_index
+        (`at_most_once`, whose predicate is reduced over a batch), and the free slot is
+        the one above the stack's top (`SlotTable`), never searched for."""
         stride, free = state
-        thin = active & (k % stride == 0) & (free == 0)
+        thin = jnp.asarray(active) & (k % stride == 0) & (free == 0)
 
-        def thinned() -> tuple[Int[Array, ""], Int[Array, ""], SlotIndex]:
+        def thinned(
+            kept: tuple[Int[Array, ""], Int[Array, ""], SlotTable],
+        ) -> tuple[Int[Array, ""], Int[Array, ""], SlotTable]:
+            stride, free, table = kept
             new_stride = jnp.where(thin, 2 * stride, stride)
-            released = thin & (table >= 0) & (table % new_stride != 0)
+            released = thin & (table.ticks >= 0) & (table.ticks % new_stride != 0)
             count = jnp.sum(released).astype(jnp.int32)
-            return new_stride, free + count, jnp.where(released, -1, table)
+            return new_stride, free + count, table.released(released)
 
-        unchanged = lambda: (stride, free, table)
-        stride, free, table = lax.cond(eqxi.unvmap_any(thin), thinned, unchanged)
-        due = active & (k % stride == 0)
-        first_free = lambda: jnp.argmax(table < 0).astype(jnp.int32)
-        # Slots fill in order until the first thinning: the next is the count stored so
-        # far (tick k where every tick is stored; fewer where a schedule stores only the
-        # states before steps).
+        stride, free, table = at_most_once(eqxi.unvmap_any(thin), thinned, (stride, free, table))
+        due = jnp.asarray(active) & (k % stride == 0)
         assert self.slots is not None  # sized
-        in_order = lambda: jnp.asarray(self.slots - free, jnp.int32)
-        slot = lax.cond(eqxi.unvmap_any(stride > 1), first_free, in_order)
+        slot = table.free_slot(self.slots - free)
         return due, slot, table, (stride, free - due.astype(jnp.int32))
 
     def empty(self, run: Run) -> Kept:

@@ -10,7 +10,8 @@ from .._binomial import next_checkpoint
 from .._keeping import bare_step, skip_ahead
 from .._loop import Write
 from .._reverse_recompute import reverse_recompute
-from .._sweep import Backward, Cotangents, Kept, Run, SlotIndex, Tick
+from .._slot_table import SlotTable
+from .._sweep import Backward, Cotangents, Kept, Run, Tick
 from ._base import AbstractSchedule, Sizing
 from ._slots import emit_passing, empty_slots, keep_before, record_after
 
@@ -72,14 +73,15 @@ class Revolve(AbstractSchedule):
         self,
         k: Int[Array, ""],
         pointer: Int[Array, ""],
-        slot_index: SlotIndex,
+        table: SlotTable,
         active: Bool[ArrayLike, ""] = True,
-    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotIndex, PyTree]:
+    ) -> tuple[Bool[Array, ""], Int[Array, ""], SlotTable, PyTree]:
         """Whether to store the state before tick k, its slot, and the new schedule
         state and slot table (`active` is the caller's to apply: the table is unchanged)."""
         positions = self._positions()
         store = positions[jnp.minimum(pointer, positions.shape[0] - 1)] == k
-        return store, pointer, slot_index, pointer + store.astype(jnp.int32)
+        # Slots fill in order and are never thinned: the pointer is the free slot.
+        return store, pointer, table, pointer + store.astype(jnp.int32)
 
     def empty(self, run: Run) -> Kept:
         assert self.slots is not None  # sized
