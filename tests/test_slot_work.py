@@ -34,7 +34,7 @@ def _field(t, y, k):
 def _loss(k, schedule=None, adjoint=None):
     adjoint = adjoint or ode.RecursiveCheckpointAdjoint(schedule=schedule)
     sol = ode.diffeqsolve(
-        ode.ODETerm(_field), ode.Kvaerno5(), 0.0, 1.0, 0.01, jnp.array([1.0, 0.5]), k,
+        ode.ODETerm(_field), ode.Tsit5(), 0.0, 1.0, 0.01, jnp.array([1.0, 0.5]), k,
         stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-8),
         saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 4)), max_steps=100_000, adjoint=adjoint,
     )  # fmt: skip
@@ -82,6 +82,7 @@ def test_no_loop_body_searches_or_copies_the_slot_table(batched):
     assert found == []
 
 
+@pytest.mark.matrix  # thinning and the stack are also in test_schedules' exact orders
 def test_gradient_with_a_large_table_equals_forward_mode():
     # Thinned (3 slots: the stack reordered by thinning) and not (3,001), bare states and
     # states with residuals, and the default.
