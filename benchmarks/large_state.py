@@ -12,12 +12,12 @@ two gradients.
 """
 
 import sys
-import time
 
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _interleaved import medians
 
 import odesolve
 
@@ -63,14 +63,8 @@ def gradient(lib, field, y0, t1, tolerances):
 def compare(label: str, problem, rounds: int = 5) -> None:
     field, y0, args, t1, tolerances = problem
     fns = {lib.__name__: gradient(lib, field, y0, t1, tolerances) for lib in (odesolve, diffrax)}
-    out = {name: jax.block_until_ready(fn(args)) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(args))
-            times[name].append(time.perf_counter() - start)
-    ours, theirs = (float(np.median(times[k])) for k in ("odesolve", "diffrax"))
+    out, times = medians(fns, args, rounds)
+    ours, theirs = times["odesolve"], times["diffrax"]
     pairs = zip(jax.tree.leaves(out["odesolve"][0]), jax.tree.leaves(out["diffrax"][0]))
     diff = max(float(jnp.max(jnp.abs(a - b) / jnp.max(jnp.abs(b)))) for a, b in pairs)
     print(

@@ -17,12 +17,11 @@ sensitivity equations (Van der Pol), or the relative difference between the libr
     python benchmarks/stiff.py
 """
 
-import time
-
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _interleaved import medians
 from scipy.integrate import solve_ivp
 
 import odesolve
@@ -96,14 +95,8 @@ def robertson_gradients(lib):
 
 def compare(label: str, make, args, reference=None, rounds: int = 9) -> None:
     fns = {lib.__name__: make(lib) for lib in (odesolve, diffrax)}
-    out = {name: jax.block_until_ready(fn(args)) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(args))
-            times[name].append(time.perf_counter() - start)
-    ours, theirs = (float(np.median(times[k])) for k in ("odesolve", "diffrax"))
+    out, times = medians(fns, args, rounds)
+    ours, theirs = times["odesolve"], times["diffrax"]
     grads = {k: np.asarray(v[0]) for k, v in out.items()}
     steps = {k: int(np.max(v[1])) for k, v in out.items()}
     if reference is None:
