@@ -50,7 +50,8 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     - `invalid_dt0`: `dt0` is zero, non-finite, points away from t1 or is below the time
       dtype's resolution.
     - `invalid_save_times`: `SaveAt(ts=...)` is not finite, sorted and within [t0, t1].
-    - `invalid_step_times`: `StepTo(ts)` does not run strictly from t0 to t1.
+    - `invalid_step_times`: `StepTo(ts)` does not run strictly from t0 to t1, or traced
+      `step_ts`/`jump_ts` hold a NaN or an infinity.
     - `nonlinear_divergence`: an implicit solver's Newton iterations failed on a fixed
       step.
     - `too_many_rejected_steps`: more steps were rejected in a row than
@@ -127,8 +128,9 @@ _MESSAGES = {
         "in [t0, t1]."
     ),
     RESULTS.invalid_step_times: (
-        "`StepTo(ts)` must be strictly monotonic from t0 to t1: ts[0] == t0, ts[-1] == t1, "
-        "no repeated or NaN times."
+        "The step-size controller's times are invalid: `StepTo(ts)` must be strictly "
+        "monotonic from t0 to t1 (ts[0] == t0, ts[-1] == t1, no repeated or NaN times), and "
+        "`step_ts` and `jump_ts` must be finite (a NaN would be passed by every step)."
     ),
     RESULTS.nonlinear_divergence: (
         "An implicit solver's Newton iterations did not converge on a fixed step. Pass a "

@@ -140,6 +140,26 @@ CASES = {
         RUN_TIME,
         r"invalid_step_times.*ts\[0\] == t0",
     ),
+    "traced NaN step_ts": (
+        lambda: jitted(
+            lambda ts: dict(stepsize_controller=ode.PIDController(1e-6, 1e-6, step_ts=ts)),
+            [0.5, jnp.nan],
+        ),
+        RUN_TIME,
+        r"invalid_step_times.*step_ts. and .jump_ts. must be finite",
+    ),
+    "traced infinite jump_ts of ClipStepSizeController": (
+        lambda: jitted(
+            lambda ts: dict(
+                stepsize_controller=ode.ClipStepSizeController(
+                    ode.PIDController(1e-6, 1e-6), jump_ts=ts
+                )
+            ),
+            [0.5, jnp.inf],
+        ),
+        RUN_TIME,
+        r"invalid_step_times.*must be finite",
+    ),
     # ---- checked when constructed or traced (each once failed with another library's words)
     "a step forced at dtmin that blows up": (
         lambda: solve(

@@ -55,6 +55,16 @@ def check_step_times(owner: str, name: str, ts: Any) -> None:
         raise ValueError(f"{owner}({name}=...) has {name}[{i}]={value[i]}: times must be finite.")
 
 
+def finite_times(*times: Any) -> Any:
+    """Whether every `step_ts`/`jump_ts` given (None: not given) is finite: the run-time
+    side of `check_step_times`, for times that were traced when the controller was made."""
+    finite = jnp.asarray(True)
+    for ts in times:
+        if ts is not None:
+            finite = finite & jnp.all(jnp.isfinite(ts))
+    return finite
+
+
 class FirstStepInput(eqx.Module):
     """What a controller's `start` is told to choose the first step.
 

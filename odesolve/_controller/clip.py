@@ -19,6 +19,7 @@ from ._base import (
     Proposal,
     check_step_times,
     clip_to_times,
+    finite_times,
     signed_times,
     stops_before,
 )
@@ -118,7 +119,8 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
         return jnp.concatenate([own, inner.astype(own.dtype)])
 
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):
-        return self.controller.times_are_valid(t_start, t_end)
+        own = finite_times(self.step_ts, self.jump_ts)
+        return own & self.controller.times_are_valid(t_start, t_end)
 
     def start(self, first: FirstStepInput):
         t0 = first.t0

@@ -31,6 +31,7 @@ from ._base import (
     check_step_times,
     clip_to_times,
     concrete_float,
+    finite_times,
     signed_times,
     stops_before,
 )
@@ -199,7 +200,7 @@ class PIDController(AbstractAdaptiveStepSizeController):
         return self.jump_ts is not None
 
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
-        return jnp.asarray(True)
+        return finite_times(self.step_ts, self.jump_ts)
 
     def num_steps(
         self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
