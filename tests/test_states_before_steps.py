@@ -56,8 +56,8 @@ _HEAVY = pytest.mark.matrix  # runs with -m matrix
     "saving, slots",
     [
         ("ts", 2),
-        ("steps", 5),
         ("t1", 2),
+        pytest.param("steps", 5, marks=_HEAVY),
         pytest.param("dense", 2, marks=_HEAVY),
         pytest.param("ts", 5, marks=_HEAVY),
         pytest.param("steps", 2, marks=_HEAVY),
