@@ -232,7 +232,10 @@ def _diffeqsolve(
         num_steps=inputs.num_steps if event is None else None,
         static_times=static_times(t0, t1, dt0, saveat, stepsize_controller, event),
         number_times=all(_is_number(x) for x in (t0, t1, dt0) if x is not None),
-        batch=batch_size(inputs.y0, args, inputs.t0, inputs.t1),
+        # Any input batched by a `vmap` makes the loop run batched: a per-sample control
+        # inside the term (a neural CDE's data), a value the field closed over, save
+        # times, the controller's times, the solver's arrays.
+        batch=batch_size(given, saveat, stepsize_controller),
     )
     with forward_mode_named(adjoint):
         sol = _solve(given, how, known)
