@@ -57,8 +57,11 @@ def _solve(w, x, batched: str):
     return jnp.sum(sol.ys**2)
 
 
-@pytest.mark.parametrize("batched", ["closure", "control", "save times", "step_ts"])
-def test_a_solve_is_batched_by_any_batched_input(batched, monkeypatch):
+_KINDS = ["closure", "control", "save times", "step_ts"]
+
+
+def _batch_seen(monkeypatch) -> list:
+    """The batch sizes the default adjoint is told, one per solve traced."""
     import odesolve as ode
 
     seen: list = []
@@ -69,10 +72,25 @@ def test_a_solve_is_batched_by_any_batched_input(batched, monkeypatch):
         return choose(self, loop, init, params, diff, batch_size)
 
     monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
+    return seen
+
+
+# Each sample's gradient in w, shared by the samples (`batched` is static).
+_PER_SAMPLE = jax.jit(jax.vmap(jax.grad(_solve), in_axes=(None, 0, None)), static_argnums=2)
+
+
+@pytest.mark.parametrize("batched", _KINDS)
+def test_a_solve_is_batched_by_any_batched_input(batched, monkeypatch):
+    seen = _batch_seen(monkeypatch)
     w = jnp.asarray(1.3)
-    got = jax.jit(jax.vmap(jax.grad(_solve), in_axes=(None, 0, None)), static_argnums=2)(
-        w, _X, batched
-    )
+    _PER_SAMPLE.trace(w, _X, batched)  # traced only
     assert seen == [3]
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("batched", _KINDS)
+def test_gradients_batched_by_any_input_are_each_samples(batched):
+    w = jnp.asarray(1.3)
+    got = _PER_SAMPLE(w, _X, batched)
     want = [jax.grad(_solve)(w, x, batched) for x in _X]
     np.testing.assert_allclose(got, want, rtol=1e-10)
