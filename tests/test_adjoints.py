@@ -169,7 +169,8 @@ def _pid_loss(y0, p, adjoint, max_steps=MAX_STEPS):
 
 # Online slots that never thin are reversed as a tape, as "default" is: with -m matrix.
 _ADAPTIVE_CASES = [
-    pytest.param(name, marks=pytest.mark.matrix) if name == "online-200" else name
+    # DirectAdjoint's gradients are also in the composition suite.
+    pytest.param(name, marks=pytest.mark.matrix) if name in ("online-200", "direct") else name
     for name in ADAPTIVE_ADJOINTS
 ]
 

@@ -526,7 +526,10 @@ def test_saveat_holds_its_times_as_one_subsaveat():
         ode.SaveAt(t1=True, subs=ode.SubSaveAt(t0=True))
 
 
-@pytest.mark.parametrize("controller, dt0", [(ode.ConstantStepSize(), 0.1), (PID, None)])
+@pytest.mark.parametrize(
+    "controller, dt0",
+    [(ode.ConstantStepSize(), 0.1), pytest.param(PID, None, marks=pytest.mark.matrix)],
+)
 def test_saveat_returns_the_final_solver_and_controller_state(controller, dt0):
     def run(**flags):
         saveat = ode.SaveAt(t1=True, **flags)
