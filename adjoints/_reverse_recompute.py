@@ -78,11 +78,12 @@ def reverse_recompute(
     # lockstep (see `lockstep_while`): a finished one stores to the scratch slot and
     # reverses nothing, so the slots and the parameter cotangent need no per-sample select.
     target = jnp.where(enabled, n - 1, -1)
+    used = table.used()  # a count over the table, once a sweep
     if last is None:
-        carry, index, nxt = recomputation.restore(slots, table, table.used(), target)
-        small = (target, index, carry, nxt, table.used(), ct_final)
+        carry, index, nxt = recomputation.restore(slots, table, used, target)
+        small = (target, index, carry, nxt, used, ct_final)
     else:
-        small = (target, n - 1, last, n - 1, table.used(), ct_final)
+        small = (target, n - 1, last, n - 1, used, ct_final)
     small, (_, _, ct_params, ct_buffers) = lockstep_while(
         lambda s, b: s[0] >= 0,
         recomputation.reverse_tick,
