@@ -37,9 +37,10 @@ _X = jnp.array([0.5, 1.0, 2.0])
 _TS = jnp.array([[0.0, 0.3, 1.0], [0.0, 0.5, 1.0], [0.0, 0.7, 1.0]])
 
 
-def _solve(w, x, batched: str):
+def _solve(w, x, batched: str, adjoint=None):
     import odesolve as ode
 
+    adjoint = adjoint or ode.RecursiveCheckpointAdjoint()
     rate = x if batched in ("closure", "control") else 1.0
     field = lambda t, y, a: -rate * jnp.tanh(a * y)
     term = ode.ODETerm(field)
@@ -52,7 +53,7 @@ def _solve(w, x, batched: str):
     sol = ode.diffeqsolve(
         term, ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2), w,
         stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8, step_ts=step_ts),
-        saveat=ode.SaveAt(ts=ts),
+        saveat=ode.SaveAt(ts=ts), adjoint=adjoint,
     )  # fmt: skip
     return jnp.sum(sol.ys**2)
 
@@ -94,3 +95,42 @@ def test_gradients_batched_by_any_input_are_each_samples(batched):
     got = _PER_SAMPLE(w, _X, batched)
     want = [jax.grad(_solve)(w, x, batched) for x in _X]
     np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(
+    "order",
+    ["grad(vmap)", "vmap(grad) batched", "vmap(vmap(grad))", "jacrev", "jit(jvp)"],
+)
+def test_a_field_closing_over_the_batch_differentiates_in_every_order(order, monkeypatch):
+    # The batched input is only a value the field closed over; each order's gradients
+    # against one sample's gradient at a time, and the batch the adjoint was told.
+    import odesolve as ode
+
+    seen = _batch_seen(monkeypatch)
+    one = lambda w, x: jax.grad(_solve)(w, x, "closure")
+    ws = jnp.array([1.3, 0.7, 1.1])
+    if order == "grad(vmap)":
+        total = lambda w: jnp.sum(jax.vmap(lambda x: _solve(w, x, "closure"))(_X))
+        got, want = jax.jit(jax.grad(total))(ws[0]), sum(one(ws[0], x) for x in _X)
+    elif order == "vmap(grad) batched":
+        got = jax.jit(jax.vmap(jax.grad(lambda w, x: _solve(w, x, "closure"))))(ws, _X)
+        want = jnp.stack([one(w, x) for w, x in zip(ws, _X)])
+    elif order == "vmap(vmap(grad))":
+        grid = jnp.stack([_X, 1.5 * _X])
+        inner = jax.vmap(jax.grad(lambda w, x: _solve(w, x, "closure")), in_axes=(None, 0))
+        got = jax.jit(jax.vmap(inner, in_axes=(None, 0)))(ws[0], grid)
+        want = jnp.stack([jnp.stack([one(ws[0], x) for x in row]) for row in grid])
+    elif order == "jacrev":
+        per_sample = lambda w: jax.vmap(lambda x: _solve(w, x, "closure"))(_X)
+        got = jax.jit(jax.jacrev(per_sample))(ws[0])
+        want = jnp.stack([one(ws[0], x) for x in _X])
+    else:  # forward mode: the adjoint that differentiates by jvp
+        forward = ode.ForwardMode()
+        per_sample = lambda w: jax.vmap(lambda x: _solve(w, x, "closure", forward))(_X)
+        got = jax.jit(lambda w: jax.jvp(per_sample, (w,), (jnp.ones_like(w),))[1])(ws[0])
+        want = jnp.stack([one(ws[0], x) for x in _X])
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    expected = {"vmap(vmap(grad))": 6, "jit(jvp)": None}.get(order, 3)
+    if expected is not None:  # the reverse-mode adjoint was told the whole batch
+        assert seen[0] == expected, seen
