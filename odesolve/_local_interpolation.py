@@ -34,6 +34,13 @@ def _step_position(
     return _interpolation.position(t0_, t1_, t_)
 
 
+def _theta(t0: RealScalarLike, t1: RealScalarLike, t: RealScalarLike, state: PyTree) -> Array:
+    """Where t lies in the step [t0, t1]; on a step of no length 0, with no derivative in
+    t, so that the interpolant is its start, constant (as Diffrax's)."""
+    _, theta = _step_position(t0, t1, t, state)
+    return jnp.where(_no_length(t0, t1, state), 0, theta)
+
+
 def _no_length(t0: RealScalarLike, t1: RealScalarLike, state: PyTree) -> Array:
     """Whether the step is of no length (`_step_position` then gives it a unit size)."""
     t0_, t1_ = as_times(t0, t1, state=state)
@@ -52,14 +59,14 @@ class LocalLinearInterpolation(AbstractLocalInterpolation):
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree:
-        """y(t0), or y(t1) - y(t0). `left` is ignored: the interpolant is continuous."""
+        """y(t0), or y(t1) - y(t0). `left` is ignored: the interpolant is continuous.
+        On a step of no length it is y0 everywhere, constant in t (as `derivative`)."""
         if t1 is not None:
-            h, theta0 = _step_position(self.t0, self.t1, t0, self.y0)
-            _, theta1 = _step_position(self.t0, self.t1, t1, self.y0)
+            theta = _theta(self.t0, self.t1, t1, self.y0) - _theta(self.t0, self.t1, t0, self.y0)
             return jtu.tree_map(
-                lambda a, b: _scaled(theta1 - theta0, b - a), _arrays(self.y0), _arrays(self.y1)
+                lambda a, b: _scaled(theta, b - a), _arrays(self.y0), _arrays(self.y1)
             )
-        _, theta = _step_position(self.t0, self.t1, t0, self.y0)
+        theta = _theta(self.t0, self.t1, t0, self.y0)
         return jtu.tree_map(
             lambda a, b: a + _scaled(theta, b - a), _arrays(self.y0), _arrays(self.y1)
         )
@@ -86,11 +93,12 @@ class AbstractPolynomialInterpolation(AbstractLocalInterpolation):
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree:
-        """y(t0), or y(t1) - y(t0). `left` is ignored: the interpolant is continuous."""
+        """y(t0), or y(t1) - y(t0). `left` is ignored: the interpolant is continuous.
+        On a step of no length it is y0 everywhere, constant in t (as `derivative`)."""
         if t1 is not None:
             end, start = self.evaluate(t1), self.evaluate(t0)
             return jtu.tree_map(lambda a, b: a - b, end, start)
-        _, theta = _step_position(self.t0, self.t1, t0, self._values())
+        theta = _theta(self.t0, self.t1, t0, self._values())
         return jtu.tree_map(lambda c: _horner(c, theta), self.coeffs)
 
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree:

@@ -233,11 +233,11 @@ class _DiffraxMidpoint(diffrax.FourthOrderPolynomialInterpolation):
     c_mid = np.array([0.1, 0.2, 0.3, -0.2, 0.05])
 
 
-def _locals(lib, midpoint):
+def _locals(lib, midpoint, t1=2.5):
     y0 = {"a": jnp.array([0.3, -1.2, 2.0]), "b": jnp.array(1.0)}
     y1 = jax.tree_util.tree_map(lambda x: 2 * x + 1, y0)
     k = jax.tree_util.tree_map(lambda x: jnp.stack([0.1 * x, 0.3 * x, -x, 0.5 * x, 0.7 * x]), y0)
-    times = dict(t0=0.5, t1=2.5)
+    times = dict(t0=0.5, t1=t1)
     return [
         lib.LocalLinearInterpolation(**times, y0=y0, y1=y1),
         lib.ThirdOrderHermitePolynomialInterpolation.from_k(**times, y0=y0, y1=y1, k=k),
@@ -266,6 +266,21 @@ def test_local_interpolations_as_diffrax():
         _close(path.evaluate(0.9, 2.1), jax.tree_util.tree_map(
             lambda a, b: b - a, path.evaluate(0.9), path.evaluate(2.1)
         ))  # fmt: skip
+
+
+def test_local_interpolations_on_a_step_of_no_length_as_diffrax():
+    # t1 == t0: the interpolant is y0, constant in t (Diffrax's value, derivative and
+    # derivative of the value in t: no slope of a step read as of unit length).
+    def read(lib, midpoint):
+        out = []
+        for path in _locals(lib, midpoint, t1=0.5):
+            slope = jax.jvp(path.evaluate, (0.5,), (1.0,))[1]
+            out += [path.evaluate(0.5), slope, path.derivative(0.5)]
+        return out
+
+    ours = read(ode, _Midpoint)
+    _close(ours, read(diffrax, _DiffraxMidpoint))
+    assert all(float(jnp.max(jnp.abs(x))) == 0 for x in jax.tree_util.tree_leaves(ours[1::3]))
 
 
 def _row(k, i):
