@@ -435,11 +435,18 @@ def _combinations(case: Case, strength: int) -> set:
     }
 
 
-def covering_cases(light: bool = False, seed: int = 0, strength: int = 2) -> list[Case]:
+def covering_cases(
+    light: bool = False,
+    seed: int = 0,
+    strength: int = 2,
+    avoid: Callable[[Case], bool] | None = None,
+) -> list[Case]:
     """Valid cases covering every combination of `strength` factor values (2: every pair;
     1: every value) that some valid case covers (greedy, as in AETG: each new case the
-    best of a random sample); `light`: of the values outside `HEAVY`."""
-    cases = all_cases(light)
+    best of a random sample); `light`: of the values outside `HEAVY`; `avoid`: cases
+    left out (their combinations are then covered by others where some other holds
+    them)."""
+    cases = [c for c in all_cases(light) if avoid is None or not avoid(c)]
     # Each case's combinations, and the cases holding each combination (in case order),
     # computed once: every pytest worker builds these sets when it collects.
     held = {c: _combinations(c, strength) for c in cases}

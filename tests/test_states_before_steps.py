@@ -56,7 +56,7 @@ _HEAVY = pytest.mark.matrix  # runs with -m matrix
     "saving, slots",
     [
         ("ts", 2),
-        ("t1", 2),
+        pytest.param("t1", 2, marks=_HEAVY),
         pytest.param("steps", 5, marks=_HEAVY),
         pytest.param("dense", 2, marks=_HEAVY),
         pytest.param("ts", 5, marks=_HEAVY),
