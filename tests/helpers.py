@@ -232,3 +232,26 @@ DETEST = {
         ),
     ],
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleChoice:
+    """What the default adjoint chose for one traced solve, and the batch it was told."""
+
+    schedule: object
+    batch_size: int
+
+
+def record_schedule_choices(monkeypatch) -> list[ScheduleChoice]:
+    """Records, for each solve traced from now on, the schedule the default adjoint
+    chooses and the batch size it is told."""
+    choices: list[ScheduleChoice] = []
+    choose = ode.RecursiveCheckpointAdjoint.choose_schedule
+
+    def recording(self, loop, init, params=None, diff=None, batch_size=1):
+        schedule = choose(self, loop, init, params, diff, batch_size)
+        choices.append(ScheduleChoice(schedule, batch_size))
+        return schedule
+
+    monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
+    return choices

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import record_schedule_choices
 
 from adjoints._batching import batch_size
 
@@ -61,31 +62,16 @@ def _solve(w, x, batched: str, adjoint=None):
 _KINDS = ["closure", "control", "save times", "step_ts"]
 
 
-def _batch_seen(monkeypatch) -> list:
-    """The batch sizes the default adjoint is told, one per solve traced."""
-    import odesolve as ode
-
-    seen: list = []
-    choose = ode.RecursiveCheckpointAdjoint.choose_schedule
-
-    def recording(self, loop, init, params=None, diff=None, batch_size=1):
-        seen.append(batch_size)
-        return choose(self, loop, init, params, diff, batch_size)
-
-    monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
-    return seen
-
-
 # Each sample's gradient in w, shared by the samples (`batched` is static).
 _PER_SAMPLE = jax.jit(jax.vmap(jax.grad(_solve), in_axes=(None, 0, None)), static_argnums=2)
 
 
 @pytest.mark.parametrize("batched", _KINDS)
 def test_a_solve_is_batched_by_any_batched_input(batched, monkeypatch):
-    seen = _batch_seen(monkeypatch)
+    seen = record_schedule_choices(monkeypatch)
     w = jnp.asarray(1.3)
     _PER_SAMPLE.trace(w, _X, batched)  # traced only
-    assert seen == [3]
+    assert [c.batch_size for c in seen] == [3]
 
 
 @pytest.mark.matrix
@@ -107,7 +93,7 @@ def test_a_field_closing_over_the_batch_differentiates_in_every_order(order, mon
     # against one sample's gradient at a time, and the batch the adjoint was told.
     import odesolve as ode
 
-    seen = _batch_seen(monkeypatch)
+    seen = record_schedule_choices(monkeypatch)
     one = lambda w, x: jax.grad(_solve)(w, x, "closure")
     ws = jnp.array([1.3, 0.7, 1.1])
     if order == "grad(vmap)":
@@ -133,4 +119,4 @@ def test_a_field_closing_over_the_batch_differentiates_in_every_order(order, mon
     np.testing.assert_allclose(got, want, rtol=1e-9)
     expected = {"vmap(vmap(grad))": 6, "jit(jvp)": None}.get(order, 3)
     if expected is not None:  # the reverse-mode adjoint was told the whole batch
-        assert seen[0] == expected, seen
+        assert seen[0].batch_size == expected, seen

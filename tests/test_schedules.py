@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import record_schedule_choices
 
 import odesolve as ode
 from adjoints._adjoint import least_states
@@ -473,19 +474,6 @@ def test_a_large_state_keeps_bare_states_and_never_fewer_than_log2_of_the_bound(
     assert isinstance(chosen, Segments)
 
 
-def _chosen_schedules(monkeypatch) -> list:
-    """Records the schedule the default adjoint chooses for each solve traced."""
-    chosen: list = []
-    choose = ode.RecursiveCheckpointAdjoint.choose_schedule
-
-    def recording(self, *args, **kwargs):
-        chosen.append(choose(self, *args, **kwargs))
-        return chosen[-1]
-
-    monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
-    return chosen
-
-
 def _diffusion_gradient(field, y0, args, batch: int | None = None):
     def loss(args, y0):
         sol = ode.diffeqsolve(
@@ -509,26 +497,26 @@ def test_a_cheap_step_on_a_large_state_keeps_bare_states_unless_its_segments_sta
     # budget but still tapes segments of over SHORT_SEGMENT_TICKS ticks, and keeps them;
     # a batch of 64 would tape 2 ticks a segment, and keeps bare states. An MLP field,
     # whose row costs 39 operations a byte, keeps taped segments.
-    chosen = _chosen_schedules(monkeypatch)
+    chosen = record_schedule_choices(monkeypatch)
     x = jnp.linspace(0.0, 1.0, 200)
 
     def diffusion(t, y, args):
         return args * (jnp.roll(y, 1) - 2 * y + jnp.roll(y, -1)) + y * (1 - y)
 
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0))
-    assert isinstance(chosen[-1], States)
+    assert isinstance(chosen[-1].schedule, States)
     # Each holds the budget's worth of states kept before a step: y and the derivative
     # the next step starts from (2 x 200 float64) and a few scalars, a fifth of a carry.
-    assert 4 * 2**20 // chosen[-1].slots < 2 * 200 * 8 + 256
+    assert 4 * 2**20 // chosen[-1].schedule.slots < 2 * 200 * 8 + 256
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=4)
-    assert isinstance(chosen[-1], Segments)
+    assert isinstance(chosen[-1].schedule, Segments)
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=64)
-    assert isinstance(chosen[-1], States)
+    assert isinstance(chosen[-1].schedule, States)
     keys = jax.random.split(jax.random.key(0), 2)
     weights = (jax.random.normal(keys[0], (128, 32)), jax.random.normal(keys[1], (32, 128)))
     mlp = lambda t, y, w: w[1] @ jnp.tanh(w[0] @ y) / 128
     _diffusion_gradient(mlp, jnp.ones(32), weights)
-    assert isinstance(chosen[-1], Segments)
+    assert isinstance(chosen[-1].schedule, Segments)
 
 
 def test_operations_count_products_by_their_depth_and_the_rest_by_element():
@@ -583,7 +571,7 @@ def _pde_end(rates, adjoint=None):
 )
 def test_bare_states_of_a_cheap_step_differentiate_in_every_order(order, monkeypatch):
     # Against forward mode through the plain loop, one sample at a time.
-    chosen = _chosen_schedules(monkeypatch)
+    chosen = record_schedule_choices(monkeypatch)
     rates = jnp.array([40.0, 1.0])
     batch = rates * jnp.array([[1.0], [0.8], [1.2]])
     forward = lambda r: _pde_end(r, ode.ForwardMode())
@@ -591,7 +579,7 @@ def test_bare_states_of_a_cheap_step_differentiate_in_every_order(order, monkeyp
     loss = lambda r: jnp.sum(_pde_end(r))
     if order == "jit(grad)":
         got, want = jax.jit(jax.grad(loss))(rates), jnp.sum(jac(rates), axis=0)
-        assert isinstance(chosen[-1], States)
+        assert isinstance(chosen[-1].schedule, States)
     elif order == "vmap(grad) batched":
         got = jax.jit(jax.vmap(jax.grad(loss)))(batch)
         want = jnp.stack([jnp.sum(jac(r), axis=0) for r in batch])
