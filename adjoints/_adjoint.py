@@ -234,8 +234,9 @@ class ImplicitAdjoint(AbstractAdjoint):
 
 class DirectAdjoint(AbstractAdjoint):
     """Differentiate the loop as a bounded `lax.scan`: forward mode (`jax.jvp`,
-    `jax.jacfwd`), reverse mode and Hessians all work. Costs `max_steps` ticks whatever
-    the number of steps taken; memory O(sqrt(max_steps)) states."""
+    `jax.jacfwd`), reverse mode and Hessians all work. Costs `max_steps` ticks (or the
+    number of fixed steps, where counted when traced and fewer) whatever the number of
+    steps taken; memory O(sqrt(max_steps)) states."""
 
     def run_loop(self, loop, params, init, buffers, problem=None):
         return bounded_loop(loop, params, init, buffers)
@@ -271,8 +272,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       saving more often does not thin the checkpoints of the steps. None (default):
       tape every step (its residuals: no recomputation) when the tape fits in
       `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
-      with concrete times, `StepTo`), nested segments within the budget; with an
-      unknown number (adaptive steps), taped segments: the longest tape of steps that
+      with concrete times, `StepTo`) and no output between them, nested segments within
+      the budget; with an unknown number (adaptive steps) or outputs between the steps,
+      taped segments: the longest tape of steps that
       fits beside the states before its segments (before each segment of the bound, or
       at most 8, thinned as the loop runs), so that a solve that ends within one
       segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or
@@ -293,7 +295,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       4 MiB, at least 32 KiB per sample (more than 128 samples get more; or, where less,
       what taped segments of `MIN_DEFAULT_TICKS_PER_SOLVE` ticks take), and at least
       `least_states` states per sample (log2 of `max_steps` plus save times, plus 1). A tape of
-      every step is sized for `max_steps`, so a lower `max_steps` lets more solves tape;
+      every step is sized for `max_steps` (or for the number of fixed steps, where
+      counted when traced and fewer), so a lower `max_steps` lets more solves tape;
       taped segments are sized by the budget alone.
     - `schedule`: None (default) chooses as above; a schedule forces one: `Tape()`
       (every step), `Segments(length=...)` (taped segments), `Online(checkpoints=...)`
@@ -376,7 +379,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
                 if nested is not None:
                     return nested
-            if loop.num_steps is None:
+            if not _offline(loop):
                 segments = Segments.fit(bound, per_state, per_tick, per_solve)
                 # Bare states are weighed against taped rows as whole carries, the
                 # measure the ratios were set by (a field whose linearisation is

@@ -28,9 +28,9 @@ from ._sweep import num_ticks_bound, scratch_writes
 
 def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> Plain:
     """Run `loop` as `lax.scan`s over blocks of ticks up to its bound (see above); with
-    no bound (`max_steps=None`), as a `lax.while_loop`, which forward mode differentiates
-    and reverse mode refuses, as in Diffrax."""
-    if loop.max_steps is None:
+    no bound (`max_steps=None` and adaptive steps), as a `lax.while_loop`, which forward
+    mode differentiates and reverse mode refuses, as in Diffrax."""
+    if loop.max_steps is None and loop.num_steps is None:
         return run_plain(loop, params, init, buffers)
     bound = num_ticks_bound(loop)
     block = max(1, math.isqrt(bound))

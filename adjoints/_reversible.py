@@ -32,7 +32,7 @@ from ._lockstep import if_any, tree_where
 from ._loop import Buffers, Loop, Reversal
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
-from ._sweep import num_ticks_bound
+from ._sweep import num_steps_bound
 from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
 from ._ticks import Ticks, run_ticks
 
@@ -75,11 +75,11 @@ def _get(records: PyTree, k: Int[Array, ""]) -> PyTree:
 
 
 def empty_records(loop: Loop, reversal: Reversal, params: PyTree, init: PyTree) -> Records:
-    """Records of zeros: `max_emits` emit rows, and `max_steps` step rows unless rewound."""
-    num_ticks_bound(loop)  # raises without a bound on the steps
-    assert loop.max_steps is not None  # checked by num_ticks_bound
+    """Records of zeros: `max_emits` emit rows, and a row for each step the loop can
+    take unless rewound."""
     example = jax.eval_shape(reversal.keep, init)
-    steps = None if rewinds(reversal, params, init) else _rows(example, loop.max_steps)
+    most = num_steps_bound(loop)  # raises without a bound on the steps
+    steps = None if rewinds(reversal, params, init) else _rows(example, most)
     ticks = jnp.zeros((loop.max_emits + 1,), jnp.int32)
     return Records(ticks, _rows(example, loop.max_emits), steps)
 

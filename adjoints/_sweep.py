@@ -108,13 +108,22 @@ class UnboundedLoop(ValueError, RuntimeError):
     `RuntimeError` Diffrax raises for it)."""
 
 
-def num_ticks_bound(loop: Loop) -> int:
-    if loop.max_steps is None:
+def num_steps_bound(loop: Loop) -> int:
+    """The most steps the loop can take: `max_steps`, or its exact number of steps where
+    that is known and fewer (fixed steps: a tape, a record or a scan sized by
+    `max_steps` would be mostly never used)."""
+    known = [n for n in (loop.max_steps, loop.num_steps) if n is not None]
+    if not known:
         raise UnboundedLoop(
             "reverse-mode differentiation needs a bound on the number of steps: pass an "
             "integer max_steps (or use adjoint=BacksolveAdjoint())."
         )
-    return loop.max_steps + loop.max_emits
+    return min(known)
+
+
+def num_ticks_bound(loop: Loop) -> int:
+    """The most ticks the loop can take: its steps and its emits."""
+    return num_steps_bound(loop) + loop.max_emits
 
 
 def decision_record(run: Run, planned: int | None = None) -> Record | None:

@@ -255,3 +255,22 @@ def record_schedule_choices(monkeypatch) -> list[ScheduleChoice]:
 
     monkeypatch.setattr(ode.RecursiveCheckpointAdjoint, "choose_schedule", recording)
     return choices
+
+
+def subjaxprs(eqn) -> list:
+    """The jaxprs inside an equation's parameters (a loop's body, a call's function)."""
+    found = []
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(item, "jaxpr", item)
+            if hasattr(inner, "eqns"):
+                found.append(inner)
+    return found
+
+
+def equations(jaxpr) -> list:
+    """Every equation of a jaxpr, with those of the jaxprs inside it."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    return [
+        e for eqn in jaxpr.eqns for e in (eqn, *(x for j in subjaxprs(eqn) for x in equations(j)))
+    ]

@@ -14,12 +14,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import record_schedule_choices
+from helpers import equations, record_schedule_choices
 
 import odesolve as ode
 from adjoints._adjoint import least_states
 from adjoints._loop import Loop
-from adjoints._schedule import Nested, Online, Segments, States, forward_steps, next_checkpoint
+from adjoints._schedule import (
+    Nested,
+    Online,
+    Segments,
+    States,
+    Tape,
+    forward_steps,
+    next_checkpoint,
+)
 from adjoints._schedule.nested import _bytes, _smallest
 from adjoints._slot_table import SlotTable
 from adjoints._work import operations
@@ -258,6 +266,36 @@ def test_known_step_count_under_jit_uses_revolve():
     np.testing.assert_allclose(float(grad), -((1 - 0.7 / n) ** (n - 1)), rtol=1e-13)
     reverse = split_log(np.asarray(log), n)
     assert len(reverse) == n + forward_steps(n, slots) - (n - 1)
+
+
+def test_fixed_steps_between_save_times_are_bounded_by_their_count(monkeypatch):
+    # Constant steps with concrete times, saved at traced times inside a jitted gradient
+    # under vmap: the loop takes its 50 steps and 11 saves, whatever max_steps is. The
+    # default sizes its schedule by those 61 ticks (a tape of them in the batch's share,
+    # not online thinning of a bound of 4,107), and DirectAdjoint's scans run those
+    # ticks, not max_steps; both give the same gradient.
+    chosen = record_schedule_choices(monkeypatch)
+    y0s = jax.random.normal(jax.random.key(1), (64, 8))
+    w = jax.random.normal(jax.random.key(0), (8, 8)) / 3
+
+    def loss(w, adjoint):
+        def one(y0):
+            return ode.diffeqsolve(
+                ode.ODETerm(lambda t, y, w: jnp.tanh(w @ y)), ode.Heun(), 0.0, 1.0, 0.02, y0, w,
+                saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 11)), adjoint=adjoint,
+            ).ys  # fmt: skip
+
+        return jnp.mean(jax.vmap(one)(y0s) ** 2)
+
+    default = jax.jit(jax.grad(loss), static_argnums=1)(w, ode.RecursiveCheckpointAdjoint())
+    assert [c.schedule for c in chosen] == [Tape(61)]
+    direct = ode.DirectAdjoint()
+    jaxpr = jax.make_jaxpr(jax.grad(loss), static_argnums=1)(w, direct)
+    scans = [e.params["length"] for e in equations(jaxpr) if e.primitive.name == "scan"]
+    assert scans and max(scans) < 61
+    np.testing.assert_allclose(
+        default, jax.jit(jax.grad(loss), static_argnums=1)(w, direct), rtol=1e-12
+    )
 
 
 def test_online_schedule_when_the_step_count_is_unknown():

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import subjaxprs
 
 import odesolve as ode
 from adjoints._schedule import Online, States
@@ -41,14 +42,6 @@ def _loss(k, schedule=None, adjoint=None):
     return jnp.sum(sol.ys**2)
 
 
-def _subjaxprs(eqn):
-    for value in eqn.params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            inner = getattr(item, "jaxpr", item)
-            if hasattr(inner, "eqns"):
-                yield inner
-
-
 def _runs_at_most_once(eqn) -> bool:
     """A while loop whose predicate is its first carry, as `at_most_once` makes."""
     cond = eqn.params["cond_jaxpr"].jaxpr
@@ -65,7 +58,7 @@ def _table_work(jaxpr, in_loop: bool, found: list) -> None:
         looping = in_loop or eqn.primitive.name in ("while", "scan")
         if eqn.primitive.name == "while" and _runs_at_most_once(eqn):
             continue  # thinning: its work is per slot, once per doubling of the stride
-        for inner in _subjaxprs(eqn):
+        for inner in subjaxprs(eqn):
             _table_work(inner, looping, found)
 
 
