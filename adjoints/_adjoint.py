@@ -294,7 +294,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       by the samples when `diffeqsolve` is called directly under `vmap`. None (default):
       4 MiB, at least 32 KiB per sample (more than 128 samples get more; or, where less,
       what taped segments of `MIN_DEFAULT_TICKS_PER_SOLVE` ticks take), and at least
-      `least_states` states per sample (log2 of `max_steps` plus save times, plus 1). A tape of
+      `least_states` states per sample (log2 of the bound on the ticks, plus 1). A tape of
       every step is sized for `max_steps` (or for the number of fixed steps, where
       counted when traced and fewer), so a lower `max_steps` lets more solves tape;
       taped segments are sized by the budget alone.

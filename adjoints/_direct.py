@@ -5,11 +5,10 @@ Ticks run in blocks of about sqrt(bound); each block is rematerialised in revers
 (`jax.checkpoint`), so memory is O(sqrt(bound)) carries. The output buffers are not
 carried: each tick's writes are the scans' outputs, stored into the buffers once the
 loop is over, so that neither the blocks' checkpoints nor the reverse sweep copy a
-buffer per block or per tick. Unbatched, a block after the loop has ended is skipped
-whole, so a call costs the blocks its ticks reach; under `vmap` the skip would be a
-select and every call costs the full bound of ticks (those after a sample has finished
-skipped by a `lax.cond`, which `vmap` also turns into a select), so prefer the default
-adjoint for reverse mode and `ForwardMode` for forward mode when speed matters.
+buffer per block or per tick. A block after the loop has ended (under `vmap`, after
+every sample's has) is skipped whole, so a call costs the blocks its ticks reach (its
+slowest sample's), each rematerialised once in reverse mode: prefer the default adjoint
+for reverse mode and `ForwardMode` for forward mode when speed matters.
 """
 
 import functools
@@ -22,6 +21,7 @@ from jax import lax
 from jaxtyping import Array, PyTree
 
 from ._decided import DECISION, decided
+from ._lockstep import if_any, where_any
 from ._loop import Buffers, Loop, Plain, Write, run_plain, scratch_row
 from ._sweep import num_ticks_bound, scratch_writes
 
@@ -37,21 +37,45 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
     blocks = -(-bound // block)
     scratch = scratch_writes(loop, params, init, buffers)
 
+    def replayed(carry: PyTree, new: PyTree) -> PyTree:
+        if loop.decision is None:
+            return new
+        assert loop.replay is not None  # a loop with decisions replays them
+        # Recomputed blocks must take the forward sweep's step sizes: a decision (an
+        # adaptive step size) is a difference of nearly equal numbers, and the block
+        # compiled again for the reverse sweep rounds differently, so it would otherwise
+        # differentiate a slightly different discretisation (relative errors of 1e-7
+        # seen). The decision is saved, not recomputed, as is what the body marked
+        # `decided` (a step's acceptance).
+        decision = decided(loop.decision(carry, new))
+        return loop.replay(new, decision, jnp.asarray(True))
+
     def step(carry: PyTree) -> tuple[PyTree, tuple[Write, ...]]:
         new, writes = loop.tick(params, carry, scratch)
-        if loop.decision is not None:
-            assert loop.replay is not None  # a loop with decisions replays them
-            # Recomputed blocks must take the forward sweep's step sizes: a decision
-            # (an adaptive step size) is a difference of nearly equal numbers, and the
-            # block compiled again for the reverse sweep rounds differently, so it would
-            # otherwise differentiate a slightly different discretisation (relative
-            # errors of 1e-7 seen). The decision is saved, not recomputed, as is what
-            # the body marked `decided` (a step's acceptance).
-            decision = decided(loop.decision(carry, new))
-            new = loop.replay(new, decision, jnp.asarray(True))
-        return new, writes
+        return replayed(carry, new), writes
+
+    def lockstep(carry: PyTree) -> tuple[PyTree, tuple[Write, ...]]:
+        # Under `vmap` a `cond` on each sample's predicate runs both branches and selects
+        # every output leaf, which cost several times the step itself. Here the emit and
+        # the step each run only when some sample takes it, and each sample keeps its
+        # carry, writing to scratch, where it takes the other or has finished.
+        def emit() -> tuple[PyTree, tuple[Write, ...]]:
+            new, writes = loop.emit(params, carry)
+            return replayed(carry, new), writes
+
+        going = loop.going(params, carry)
+        emitted: tuple[PyTree, tuple[Write, ...]] = (carry, scratch)
+        if loop.max_emits > 0:
+            pending = loop.pending(carry)
+            emitted = where_any(going & pending, emit, emitted)
+            going = going & ~pending
+        after, writes = emitted
+        stepped = lambda: replayed(after, loop.body(params, after))
+        return where_any(going, stepped, after), writes
 
     def tick(carry: PyTree, _: None) -> tuple[PyTree, tuple[Write, ...]]:
+        if loop.batch_size > 1:
+            return lockstep(carry)
         return lax.cond(loop.going(params, carry), step, lambda c: (c, scratch), carry)
 
     idle = jtu.tree_map(lambda x: jnp.broadcast_to(x, (block, *jnp.shape(x))), scratch)
@@ -60,10 +84,12 @@ def bounded_loop(loop: Loop, params: PyTree, init: PyTree, buffers: Buffers) -> 
         jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names(DECISION)
     )
     def run_block(carry: PyTree, _: None) -> tuple[PyTree, tuple[Write, ...]]:
+        # A block after every sample has ended is skipped (under `vmap` too).
         ticks = lambda c: lax.scan(tick, c, None, length=block)
+        going = loop.going(params, carry)
         if loop.batch_size > 1:
-            return ticks(carry)
-        return lax.cond(loop.going(params, carry), ticks, lambda c: (c, idle), carry)
+            return if_any(going, lambda: ticks(carry), lambda: (carry, idle))
+        return lax.cond(going, ticks, lambda c: (c, idle), carry)
 
     final, writes = lax.scan(run_block, init, None, length=blocks)
     return final, tuple(_store(b, w) for b, w in zip(buffers, writes, strict=True))

@@ -377,7 +377,7 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
     init = resumed(init, resume, config.needs_error, adjoint.differentiates_ticks())
     make_loop = functools.partial(
         _loop,
-        max_emits=_saving.max_emits(config.saving, params.save_ts),
+        max_emits=_saving.max_emits(config.saving, params.save_ts, num_steps),
         num_steps=num_steps,
         batch=batch,
         reverses=adjoint.needs_reversal(),

@@ -337,11 +337,12 @@ def buffers(
     return tuple(out)
 
 
-def max_emits(layout: Layout, save_ts: tuple) -> int:
-    """Bound on emit ticks: one per save time, one per recorded step."""
+def max_emits(layout: Layout, save_ts: tuple, num_steps: int | None = None) -> int:
+    """Bound on emit ticks: one per save time, one per recorded step (of at most
+    `max_steps`, or of the `num_steps` fixed steps where known and fewer)."""
     emits = sum(ts.shape[0] - 1 for ts in save_ts if ts is not None)
     if layout.dense or any(o.every for o in layout.outputs):
-        emits += layout.rows
+        emits += layout.rows if num_steps is None else min(layout.rows, num_steps)
     return emits
 
 

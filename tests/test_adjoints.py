@@ -252,6 +252,36 @@ def test_revolve_gradient_matches_unrolled_loop():
     assert relative_error(grads, ref) <= 1e-10
 
 
+def test_direct_adjoint_under_vmap_runs_the_ticks_its_slowest_sample_takes():
+    # Adaptive steps, max_steps 4,096: the gradients of a batch of two solves of a few
+    # dozen steps, saved at 3 times, evaluate the field for the blocks of 64 ticks the
+    # slowest sample reaches (forward, and again in reverse), not for every tick of the
+    # bound; and they are the exact solution's, to the tolerance.
+    calls = []
+
+    def field(t, y, k):
+        jax.debug.callback(lambda: calls.append(1))
+        return -k * y
+
+    ts = jnp.array([1.0, 2.0, 3.0])
+
+    def loss(k):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(field), ode.Tsit5(), 0.0, 3.0, 0.1, jnp.array([1.0, 2.0]), k,
+            stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+            saveat=ode.SaveAt(ts=ts), adjoint=ode.DirectAdjoint(),
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2), sol.stats["num_steps"]
+
+    ks = jnp.array([0.5, 2.0])
+    grads, steps = jax.jit(jax.vmap(jax.grad(loss, has_aux=True)))(ks)
+    jax.effects_barrier()
+    assert 0 < int(steps.max()) < 64
+    assert len(calls) <= 2 * 2 * 7 * 64  # two samples, twice, 7 evaluations a tick
+    exact = lambda k: jnp.sum(5.0 * -2 * ts * jnp.exp(-2 * k * ts))
+    assert relative_error(grads, jax.vmap(exact)(ks)) <= 1e-6
+
+
 @pytest.mark.parametrize(
     "lengths",
     [

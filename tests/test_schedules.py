@@ -269,33 +269,48 @@ def test_known_step_count_under_jit_uses_revolve():
 
 
 def test_fixed_steps_between_save_times_are_bounded_by_their_count(monkeypatch):
-    # Constant steps with concrete times, saved at traced times inside a jitted gradient
-    # under vmap: the loop takes its 50 steps and 11 saves, whatever max_steps is. The
-    # default sizes its schedule by those 61 ticks (a tape of them in the batch's share,
-    # not online thinning of a bound of 4,107), and DirectAdjoint's scans run those
-    # ticks, not max_steps; both give the same gradient.
+    # Constant steps with concrete times, saved at traced times inside a jitted gradient:
+    # the loop takes its 50 steps and 11 saves, whatever max_steps is. The default sizes
+    # its schedule by those 61 ticks (a tape of them in 64 KiB, where a bound of 4,107
+    # would not fit), and DirectAdjoint's scans run those ticks, not max_steps; both give
+    # the same gradient.
     chosen = record_schedule_choices(monkeypatch)
-    y0s = jax.random.normal(jax.random.key(1), (64, 8))
     w = jax.random.normal(jax.random.key(0), (8, 8)) / 3
 
     def loss(w, adjoint):
-        def one(y0):
-            return ode.diffeqsolve(
-                ode.ODETerm(lambda t, y, w: jnp.tanh(w @ y)), ode.Heun(), 0.0, 1.0, 0.02, y0, w,
-                saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 11)), adjoint=adjoint,
-            ).ys  # fmt: skip
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, w: jnp.tanh(w @ y)), ode.Heun(), 0.0, 1.0, 0.02,
+            jnp.linspace(-1.0, 1.0, 8), w, saveat=ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 11)),
+            adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.mean(sol.ys**2)
 
-        return jnp.mean(jax.vmap(one)(y0s) ** 2)
-
-    default = jax.jit(jax.grad(loss), static_argnums=1)(w, ode.RecursiveCheckpointAdjoint())
+    budget = ode.RecursiveCheckpointAdjoint(memory_budget=2**16)
+    default = jax.jit(jax.grad(loss), static_argnums=1)(w, budget)
     assert [c.schedule for c in chosen] == [Tape(61)]
     direct = ode.DirectAdjoint()
     jaxpr = jax.make_jaxpr(jax.grad(loss), static_argnums=1)(w, direct)
     scans = [e.params["length"] for e in equations(jaxpr) if e.primitive.name == "scan"]
     assert scans and max(scans) < 61
-    np.testing.assert_allclose(
-        default, jax.jit(jax.grad(loss), static_argnums=1)(w, direct), rtol=1e-12
-    )
+    np.testing.assert_allclose(default, jax.grad(loss)(w, direct), rtol=1e-12)
+
+
+def test_fixed_steps_saved_at_every_step_are_bounded_by_their_count(monkeypatch):
+    # 20 constant steps, each saved (`SaveAt(steps=True)`: an emit a step), max_steps
+    # 4,096: 40 ticks to tape, not 8,192; the gradient is DirectAdjoint's.
+    chosen = record_schedule_choices(monkeypatch)
+
+    def loss(k, adjoint):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, k: -k * y), ode.Tsit5(), 0.0, 2.0, 0.1, jnp.ones(2), k,
+            saveat=ode.SaveAt(steps=True), adjoint=adjoint,
+        )  # fmt: skip
+        return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2)
+
+    k = jnp.array([0.5, 2.0])
+    grad = jax.grad(loss)(k, ode.RecursiveCheckpointAdjoint())
+    assert [c.schedule for c in chosen] == [Tape(40)]
+    np.testing.assert_allclose(grad, jax.grad(loss)(k, ode.DirectAdjoint()), rtol=1e-12)
 
 
 def test_online_schedule_when_the_step_count_is_unknown():
