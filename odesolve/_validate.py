@@ -453,5 +453,5 @@ def normalise_inputs(
         event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps
     )
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
-    num_steps = controller.num_steps(c0, c1, cdt)
+    num_steps = controller.num_steps(c0, c1, cdt, time_dtype)
     return Inputs(terms, event, t0, t1, dt0, y0, direction, num_steps)

@@ -313,6 +313,37 @@ def test_fixed_steps_saved_at_every_step_are_bounded_by_their_count(monkeypatch)
     np.testing.assert_allclose(grad, jax.grad(loss)(k, ode.DirectAdjoint()), rtol=1e-12)
 
 
+@pytest.mark.parametrize("direction", [1, -1])
+def test_the_step_count_known_when_traced_is_the_one_the_loop_takes(direction):
+    # Float32 times where float64 arithmetic counts one step fewer or more than the loop
+    # takes: the count the adjoints size their tape by must be the loop's, or a step
+    # would go untaped. The first: 101 steps (float64 says 100), and the gradient of the
+    # default adjoint is the exact one of the 101 Euler steps taken.
+    cases = [
+        (1.3298255745511582, 2.3298255745511582, 0.01),
+        (3.4209462101655994, 3.7209462101655992, 0.1),
+        (4.744734180429861, 4.864734180429861, 0.01),
+        (3.339804512190236, 9.699804512190237, 0.06),
+    ]
+    f32 = lambda x: jnp.asarray(direction * x, jnp.float32)
+
+    def loss(k, t0, t1, dt0):
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lambda t, y, k: -k * y), ode.Euler(), f32(t0), f32(t1), f32(dt0),
+            jnp.ones(1, jnp.float32), k,
+        )  # fmt: skip
+        return jnp.sum(sol.ys**2), sol.stats["num_steps"]
+
+    for t0, t1, dt0 in cases:
+        counted = ode.ConstantStepSize().num_steps(f32(t0), f32(t1), f32(dt0), jnp.float32)
+        taken = loss(jnp.float32(0.7), t0, t1, dt0)[1]
+        assert counted == int(taken), (t0, t1, dt0)
+    dt = direction * np.float32(1.0) / 101  # the first case's steps: y -> (1 - 0.7 dt) y
+    exact = 2 * 101 * -dt * (1 - 0.7 * dt) ** (2 * 101 - 1)
+    grad, _ = jax.grad(loss, has_aux=True)(jnp.float32(0.7), *cases[0])
+    np.testing.assert_allclose(grad, exact, rtol=1e-5)
+
+
 def test_online_schedule_when_the_step_count_is_unknown():
     n, slots = 10, 3
     reverse = split_log(

@@ -162,9 +162,14 @@ class AbstractStepSizeController(eqx.Module):
 
     @abc.abstractmethod
     def num_steps(
-        self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        dt0: RealScalarLike | None,
+        time_dtype: np.dtype,
     ) -> int | None:
-        """The number of steps when it is known before solving (static), else None."""
+        """The number of steps when it is known before solving (static), else None: the
+        number the step loop takes, counted as it counts them, in `time_dtype`."""
 
     @abc.abstractmethod
     def start(self, first: FirstStepInput) -> tuple[Any, Any]:

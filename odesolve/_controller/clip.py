@@ -102,10 +102,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
     def tolerances(self):
         return self.controller.tolerances()
 
-    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
+    def num_steps(
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        dt0: RealScalarLike | None,
+        time_dtype: np.dtype,
+    ) -> int | None:
         if self.step_ts is not None or self.jump_ts is not None or self.store_rejected_steps:
             return None  # clipping adds steps
-        return self.controller.num_steps(t0, t1, dt0)
+        return self.controller.num_steps(t0, t1, dt0, time_dtype)
 
     @property
     def has_jumps(self) -> bool:

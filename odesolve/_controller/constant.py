@@ -48,13 +48,25 @@ class ConstantStepSize(AbstractFixedStepController):
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]) -> Any:
         return jnp.asarray(True)
 
-    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
+    def num_steps(
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        dt0: RealScalarLike | None,
+        time_dtype: np.dtype,
+    ) -> int | None:
         c0, c1, cdt = _concrete(t0), _concrete(t1), _concrete(dt0)
         if c0 is None or c1 is None or cdt is None or cdt == 0 or not math.isfinite(c1 - c0):
             return None
+        # Counted as `start` counts them, in the times' dtype: the adjoints size their
+        # buffers by this count, and in float32 a span that float64 divides into n steps
+        # of dt0 may take n - 1 or n + 1 (t0 = 1.3298..., t1 = t0 + 1, dt0 = 0.01: 101).
+        # A backward solve counts in tau = -t, where the span and step are positive.
         # nextafter: a span that is a whole number of dt0 up to rounding is not given an
         # extra sliver of a step.
-        return max(1, math.ceil((c1 - c0) / np.nextafter(cdt, np.inf)))
+        kind = np.dtype(time_dtype).type
+        span, step = abs(kind(c1) - kind(c0)), abs(kind(cdt))
+        return max(1, int(np.ceil(span / np.nextafter(step, kind(np.inf)))))
 
     def start(self, first: FirstStepInput):
         t0, t1, dt0 = first.t0, first.t1, first.dt0
@@ -122,7 +134,13 @@ class StepTo(AbstractFixedStepController):
     def wrap(self, direction: Float[Array, ""]):
         return StepTo(signed_times(self.ts, direction))
 
-    def num_steps(self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None):
+    def num_steps(
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        dt0: RealScalarLike | None,
+        time_dtype: np.dtype,
+    ) -> int | None:
         return len(self.ts) - 1
 
     def times_are_valid(self, t_start: Float[Array, ""], t_end: Float[Array, ""]):

@@ -16,6 +16,7 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
@@ -203,7 +204,11 @@ class PIDController(AbstractAdaptiveStepSizeController):
         return finite_times(self.step_ts, self.jump_ts)
 
     def num_steps(
-        self, t0: RealScalarLike, t1: RealScalarLike, dt0: RealScalarLike | None
+        self,
+        t0: RealScalarLike,
+        t1: RealScalarLike,
+        dt0: RealScalarLike | None,
+        time_dtype: np.dtype,
     ) -> int | None:
         return None
 
