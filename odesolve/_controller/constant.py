@@ -33,6 +33,14 @@ class AbstractFixedStepController(AbstractStepSizeController):
         return None
 
 
+def _step_count(span: Any, step: Any, xp: Any) -> Any:
+    """ceil(span / step), at least 1, in the dtype of `span` and `step`, with array
+    module `xp`: NumPy when counted at trace time, jax.numpy in the loop, so that both
+    count alike. nextafter: a span that is a whole number of steps up to rounding is not
+    given an extra sliver of a step."""
+    return xp.maximum(xp.ceil(span / xp.nextafter(step, xp.asarray(np.inf, step.dtype))), 1)
+
+
 class ConstantStepSize(AbstractFixedStepController):
     """n = ceil((t1 - t0) / dt0) equal steps: of size dt0 when it divides t1 - t0.
 
@@ -62,11 +70,8 @@ class ConstantStepSize(AbstractFixedStepController):
         # buffers by this count, and in float32 a span that float64 divides into n steps
         # of dt0 may take n - 1 or n + 1 (t0 = 1.3298..., t1 = t0 + 1, dt0 = 0.01: 101).
         # A backward solve counts in tau = -t, where the span and step are positive.
-        # nextafter: a span that is a whole number of dt0 up to rounding is not given an
-        # extra sliver of a step.
         kind = np.dtype(time_dtype).type
-        span, step = abs(kind(c1) - kind(c0)), abs(kind(cdt))
-        return max(1, int(np.ceil(span / np.nextafter(step, kind(np.inf)))))
+        return int(_step_count(abs(kind(c1) - kind(c0)), abs(kind(cdt)), np))
 
     def start(self, first: FirstStepInput):
         t0, t1, dt0 = first.t0, first.t1, first.dt0
@@ -80,7 +85,7 @@ class ConstantStepSize(AbstractFixedStepController):
         # The step count is an integer: no derivative flows through it.
         span, step = lax.stop_gradient(t1 - t0), lax.stop_gradient(dt0)
         finite = jnp.isfinite(span)
-        n = jnp.maximum(jnp.ceil(jnp.where(finite, span, 0) / jnp.nextafter(step, jnp.inf)), 1)
+        n = _step_count(jnp.where(finite, span, 0), step, jnp)
         # Step k ends at t0 + (t1 - t0) (k / n), as in Diffrax, with k / n as Diffrax's
         # compiled program computes it: times given as numbers are constants there, and
         # XLA turns a division by the constant n into a product with its reciprocal; times
