@@ -17,6 +17,8 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool
 
+from ._packed_while import packed_while_loop
+
 Small = TypeVar("Small")  # a PyTree: the carry that is selected per sample
 Large = TypeVar("Large")  # a PyTree: the carry written only through scratch rows
 T = TypeVar("T")  # a PyTree
@@ -44,7 +46,7 @@ def lockstep_while(
     `body_keeps=True`: `body` itself leaves `small` unchanged where not `active`, so no
     select is added (see `where_any`)."""
     if not batched:
-        return lax.while_loop(
+        return packed_while_loop(
             lambda s: cond(*s), lambda s: body(*s, jnp.asarray(True)), (small, large)
         )
 
@@ -67,7 +69,7 @@ def lockstep_while(
         keep = lambda n, o: jnp.where(active, n, o) if eqx.is_array(n) else n
         return jtu.tree_map(keep, new_small, state[0]), new_large
 
-    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
+    return packed_while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
 def if_any(

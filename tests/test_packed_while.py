@@ -1,0 +1,87 @@
+"""`packed_while_loop`: a while loop whose strongly typed scalar carry leaves travel as one
+vector per dtype. It computes what `lax.while_loop` computes, in every transformation a
+solve's loop meets, and its body launches fewer kernels."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from adjoints._packed_while import packed_while_loop
+from odesolve.bench import _kernels
+
+
+def _init(y0):
+    """A carry like a step loop's: time and step size, a weakly typed scale, counters, a
+    flag, a state."""
+    return dict(
+        t=jnp.float64(0.0),
+        h=jnp.float64(0.1),
+        scale=jnp.asarray(1.5),  # weakly typed: passes through unpacked
+        steps=jnp.int32(0),
+        rejected=jnp.int32(0),
+        done=jnp.bool_(False),
+        y=y0,
+    )
+
+
+def _cond(c):
+    return (c["t"] < 1.0) & ~c["done"]
+
+
+def _body(c):
+    y = c["y"] + c["h"] * c["scale"] * jnp.sin(c["y"] + c["t"])
+    error = jnp.sum(jnp.abs(y - c["y"])) * c["h"]
+    accept = error < 0.5
+    return dict(
+        t=jnp.where(accept, c["t"] + c["h"], c["t"]),
+        h=c["h"] * jnp.where(accept, 1.1, 0.5),
+        scale=c["scale"] * 0.99,
+        steps=c["steps"] + 1,
+        rejected=c["rejected"] + jnp.where(accept, 0, 1).astype(jnp.int32),
+        done=c["steps"] >= 40,
+        y=jnp.where(accept, y, c["y"]),
+    )
+
+
+def _solve(loop, y0):
+    final = loop(_cond, _body, _init(y0))
+    return final["y"], final["t"], final["steps"], final["rejected"], final["scale"]
+
+
+def _plain(cond, body, init):
+    return lax.while_loop(cond, body, init)
+
+
+def test_a_packed_loop_computes_what_the_plain_loop_computes():
+    """Same values and dtypes (the weakly typed leaf stays weak) under jit, jvp and vmap
+    (mapped over the state's elements, each sample's state is a scalar, packed too)."""
+    y0 = jnp.array([0.3, -1.2, 2.0])
+    for transform in (
+        lambda loop: jax.jit(lambda y: _solve(loop, y)),
+        lambda loop: jax.vmap(lambda y: _solve(loop, y)),
+        lambda loop: lambda y: jax.jvp(lambda z: _solve(loop, z)[0], (y,), (jnp.ones_like(y),)),
+    ):
+        ours, theirs = transform(packed_while_loop), transform(_plain)
+        for a, b in zip(jax.tree.leaves(ours(y0)), jax.tree.leaves(theirs(y0)), strict=True):
+            assert a.dtype == b.dtype and jax.typeof(a).weak_type == jax.typeof(b).weak_type
+            np.testing.assert_allclose(a, b, rtol=1e-15)
+    batch = jnp.stack([y0, 2 * y0, -y0])
+    ours = jax.vmap(lambda y: _solve(packed_while_loop, y))(batch)
+    theirs = jax.vmap(lambda y: _solve(_plain, y))(batch)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-15)
+
+
+def _kernels_per_iteration(loop) -> int:
+    text = jax.jit(lambda y: _solve(loop, y)).lower(jnp.zeros(3)).compile().as_text()
+    (found,) = _kernels.loops(text)
+    return found.per_iteration.kernels
+
+
+def test_the_scalars_changed_each_iteration_are_made_by_one_kernel_per_dtype():
+    """Two float64 scalars, two int32 counters and a flag change every iteration: plain,
+    each is a kernel of its own (XLA:CPU fuses no two outputs into one); packed, one a
+    dtype (float64, int32, bool)."""
+    plain, packed = _kernels_per_iteration(_plain), _kernels_per_iteration(packed_while_loop)
+    assert packed <= plain - 2
