@@ -50,8 +50,10 @@ def is_boolean_scalar(x: Any) -> bool:
 
 
 def _dtype_of(ts: Any) -> Any:
-    """The dtype of times: a list as NumPy reads it (strings stay strings), an array's."""
-    return np.asarray(ts).dtype if isinstance(ts, (list, tuple)) else jnp.result_type(ts)
+    """The dtype of times: a list or NumPy array as NumPy reads it (strings stay strings),
+    a JAX array's."""
+    known = isinstance(ts, (list, tuple, np.ndarray))
+    return np.asarray(ts).dtype if known else jnp.result_type(ts)
 
 
 def is_real(ts: Any) -> bool:
