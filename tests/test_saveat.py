@@ -455,3 +455,34 @@ def test_dense_output_beside_save_times_differentiates(batched):
         jnp.atleast_1d(k)
     )
     np.testing.assert_allclose(jax.grad(loss)(k), exact.reshape(k.shape), rtol=1e-7)
+
+
+def test_new_save_times_of_the_same_shape_reuse_the_compiled_solve():
+    """As in Diffrax, `SaveAt(ts=...)` holds its times as an array, which `eqx.filter_jit`
+    traces: a list or NumPy array of new times traces (and compiles) the solve once, where
+    a list held static would compile it again for every new value. The values match the
+    exact solution's."""
+    traces = []
+
+    @eqx.filter_jit
+    def solve(saveat):
+        traces.append(saveat)
+        term = ode.ODETerm(lambda t, y, args: -y)
+        return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 2.0, 0.1, 1.0, saveat=saveat).ys
+
+    for ts in ([0.5, 1.0], [0.7, 1.9], np.array([0.1, 0.2]), (1.5, 2.0)):
+        ys = solve(ode.SaveAt(ts=ts))
+        np.testing.assert_allclose(ys, np.exp(-np.asarray(ts)), rtol=1e-5)
+    assert len(traces) == 1
+
+
+def test_a_list_of_save_times_may_hold_traced_times():
+    """`SaveAt(ts=[t, 2.0])` with `t` traced (as Diffrax takes it)."""
+
+    @jax.jit
+    def solve(t):
+        term = ode.ODETerm(lambda s, y, args: -y)
+        saveat = ode.SaveAt(ts=[t, 2.0])
+        return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 2.0, 0.1, 1.0, saveat=saveat).ys
+
+    np.testing.assert_allclose(solve(0.5), np.exp([-0.5, -2.0]), rtol=1e-5)
