@@ -49,6 +49,14 @@ def is_boolean_scalar(x: Any) -> bool:
     return jnp.result_type(x) == jnp.bool_ and jnp.ndim(x) == 0
 
 
+def shape_of(ts: Any) -> tuple[int, ...] | None:
+    """The shape of times, a list's too (which `jnp.shape` would refuse); None if ragged."""
+    try:
+        return np.shape(ts)
+    except ValueError:
+        return None
+
+
 def _dtype_of(ts: Any) -> Any:
     """The dtype of times: a list or NumPy array as NumPy reads it (strings stay strings),
     a JAX array's."""

@@ -4,14 +4,13 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._checks import check_flag, check_real_times
+from ._checks import check_flag, check_real_times, shape_of
 from ._flat import PyTree, RealScalarLike
+from ._time import times_array
 
 
 def save_y(t: RealScalarLike, y: PyTree, args: PyTree) -> Any:
@@ -19,39 +18,14 @@ def save_y(t: RealScalarLike, y: PyTree, args: PyTree) -> Any:
     return y
 
 
-def _shape_of(ts: Any) -> tuple[int, ...] | None:
-    """The shape of `ts`, a list too (which `jnp.shape` would refuse); None if ragged."""
-    try:
-        return np.shape(ts)
-    except ValueError:
-        return None
-
-
 def _check_ts(ts: ArrayLike | None, owner: str) -> None:
     if ts is None:
         return
-    shape = _shape_of(ts)
+    shape = shape_of(ts)
     if shape is None or len(shape) != 1 or shape[0] == 0:
         got = "a ragged list" if shape is None else f"shape {shape}"
         raise ValueError(f"{owner}(ts=...) must be a non-empty 1-D array of times, got {got}.")
     check_real_times(f"{owner}(ts=...)", ts)
-
-
-def _as_times(ts: Any) -> Any:
-    """Save times as an array, as Diffrax makes them. `eqx.filter_jit` traces arrays (NumPy
-    ones too) and holds a list static, so new times of the same shape reuse the compiled
-    solve rather than compile it again for each value. A list of numbers becomes a NumPy
-    array, whose values stay known when traced (the checks read them); a list holding
-    traced values, a JAX array. What cannot be an array is kept as given, for `_check_ts`
-    to report."""
-    if ts is None or isinstance(ts, (jax.Array, np.ndarray)):
-        return ts
-    for as_array in (np.asarray, jnp.asarray):
-        try:
-            return as_array(ts)
-        except (TypeError, ValueError):
-            pass
-    return ts
 
 
 def _check_fn(fn: Callable, owner: str) -> None:
@@ -81,7 +55,7 @@ class SubSaveAt(eqx.Module):
 
     t0: bool = False
     t1: bool = False
-    ts: Any = eqx.field(default=None, converter=_as_times)
+    ts: Any = eqx.field(default=None, converter=times_array)
     steps: bool | int = False
     fn: Callable = save_y
 
@@ -148,8 +122,8 @@ class SaveAt(eqx.Module):
         flags.update(controller_state=controller_state, made_jump=made_jump)
         for name, value in flags.items():
             check_flag(name, value, "SaveAt")
-        ts = _as_times(ts)
-        if ts is not None and _shape_of(ts) == (0,):
+        ts = times_array(ts)
+        if ts is not None and shape_of(ts) == (0,):
             if not (t0 or t1 or steps or subs is not None):
                 raise ValueError("SaveAt(ts=[]) saves nothing: pass some save times, or t1=True.")
             ts = None  # as Diffrax: no save times beside the other outputs

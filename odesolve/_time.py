@@ -10,8 +10,10 @@ truncates the step to zero.
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array
 
@@ -43,3 +45,20 @@ def as_times(*times: ArrayLike | None, state: PyTree = None) -> tuple[Any, ...]:
 def as_time(t: ArrayLike, dtype: Any) -> Array:
     """`t` in the float dtype `dtype`."""
     return jnp.asarray(t).astype(dtype)
+
+
+def times_array(ts: Any) -> Any:
+    """Times given as a sequence (`SaveAt(ts=...)`, `StepTo(ts)`, `step_ts`, `jump_ts`) as
+    an array, as Diffrax makes them. `eqx.filter_jit` traces arrays (NumPy ones too) and
+    holds a list static, so new times of the same shape reuse the compiled solve rather
+    than compile it again for each value. A list of numbers becomes a NumPy array, whose
+    values stay known when traced (the checks read them); a list holding traced values, a
+    JAX array. What cannot be an array is kept as given, for the caller's check to report."""
+    if ts is None or isinstance(ts, (jax.Array, np.ndarray)):
+        return ts
+    for as_array in (np.asarray, jnp.asarray):
+        try:
+            return as_array(ts)
+        except (TypeError, ValueError):
+            pass
+    return ts

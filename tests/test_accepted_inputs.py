@@ -2,6 +2,7 @@
 itself or a closed form (each was once refused, or solved differently)."""
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -163,3 +164,29 @@ def test_a_rate_that_broadcasts_to_its_state_is_broadcast():
     assert ys[1].shape == (1, 2)
     np.testing.assert_allclose(ys[1], ref_ys[1], rtol=1e-12)
     np.testing.assert_allclose(float(grad), float(ref_grad), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "controller",
+    [
+        lambda ts: ode.StepTo([0.0, *ts, 1.0]),
+        lambda ts: ode.PIDController(rtol=1e-6, atol=1e-6, step_ts=list(ts)),
+        lambda ts: ode.PIDController(rtol=1e-6, atol=1e-6, jump_ts=list(ts)),
+    ],
+    ids=["StepTo", "step_ts", "jump_ts"],
+)
+def test_times_given_as_lists_are_traced_by_filter_jit(controller):
+    """As Diffrax makes them, `StepTo(ts)`, `step_ts` and `jump_ts` hold their times as
+    arrays, which `eqx.filter_jit` traces: new lists of one length trace the solve once
+    (a list held static would compile it again for each value)."""
+    traces = []
+
+    @eqx.filter_jit
+    def solve(stepsize_controller):
+        traces.append(stepsize_controller)
+        dt0 = None if isinstance(stepsize_controller, ode.StepTo) else 0.1
+        return decay(ode, dt0=dt0, stepsize_controller=stepsize_controller).ys
+
+    for ts in ([0.25, 0.5], [0.3, 0.9]):
+        np.testing.assert_allclose(solve(controller(ts))[-1], Y0 * np.exp(-1.0), rtol=1e-3)
+    assert len(traces) == 1

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float
 
 from .._flat import RealScalarLike
 from .._results import RESULTS
+from .._time import times_array
 from ._base import (
     AbstractAdaptiveStepSizeController,
     AbstractStepSizeController,
@@ -50,8 +51,8 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
     """
 
     controller: AbstractStepSizeController
-    step_ts: Any = None
-    jump_ts: Any = None
+    step_ts: Any = eqx.field(default=None, converter=times_array)
+    jump_ts: Any = eqx.field(default=None, converter=times_array)
     store_rejected_steps: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):

@@ -3,14 +3,16 @@
 import math
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-from .._checks import check_real_times
+from .._checks import check_real_times, shape_of
 from .._flat import RealScalarLike
 from .._results import RESULTS
+from .._time import times_array
 from ._base import AbstractStepSizeController, AttemptInput, FirstStepInput, Proposal, signed_times
 from ._base import concrete_float as _concrete
 
@@ -125,14 +127,14 @@ class ConstantStepSize(AbstractFixedStepController):
 class StepTo(AbstractFixedStepController):
     """Step exactly to each time in `ts` (which must start at t0 and end at t1)."""
 
-    ts: Any
+    ts: Any = eqx.field(converter=times_array)
 
     def __check_init__(self):
-        shape = np.shape(self.ts)  # a list too, which `jnp.shape` will refuse
-        if len(shape) != 1 or shape[0] < 2:
+        shape = shape_of(self.ts)
+        if shape is None or len(shape) != 1 or shape[0] < 2:
+            got = "a ragged list" if shape is None else f"shape {shape}"
             raise ValueError(
-                f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), "
-                f"got shape {shape}."
+                f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), got {got}."
             )
         check_real_times("StepTo(ts)", self.ts)
 

@@ -24,6 +24,7 @@ from jaxtyping import Array, Bool, Float
 from .._flat import FlatSpec, RealScalarLike, in_state_dtype
 from .._norm import rms_norm
 from .._results import RESULTS
+from .._time import times_array
 from ._base import (
     AbstractAdaptiveStepSizeController,
     AttemptInput,
@@ -121,8 +122,8 @@ class PIDController(AbstractAdaptiveStepSizeController):
     dtmin: Any = None
     dtmax: Any = None
     force_dtmin: bool = True
-    step_ts: Any = None
-    jump_ts: Any = None
+    step_ts: Any = eqx.field(default=None, converter=times_array)
+    jump_ts: Any = eqx.field(default=None, converter=times_array)
     factormin: Any = 0.2
     factormax: Any = 10.0
     safety: Any = 0.9
