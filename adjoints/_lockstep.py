@@ -69,7 +69,7 @@ def lockstep_while(
         keep = lambda n, o: jnp.where(active, n, o) if eqx.is_array(n) else n
         return jtu.tree_map(keep, new_small, state[0]), new_large
 
-    return packed_while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
+    return lax.while_loop(lambda s: outer_cond(s), lambda s: outer_body(s), (small, large))
 
 
 def if_any(

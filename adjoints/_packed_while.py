@@ -5,8 +5,11 @@ a kernel of its own (XLA:CPU fuses no two outputs into one kernel). A solver ste
 several scalars that change every iteration (the time, the step size, the previous step's
 time, counters, a result code), and each would be a kernel launch of its own doing one or two
 operations. Packed into one vector per dtype, the scalars of a dtype are made by one kernel,
-which XLA fuses with the arithmetic that computes them. Under `vmap` a scalar leaf is a
-vector over the batch and the same holds, a row per leaf.
+which XLA fuses with the arithmetic that computes them.
+
+For unbatched loops only: under `vmap` each scalar leaf is already a vector over the
+batch, and the packed ones would be a (batch, leaves) array that every iteration transposes
+to read a leaf and back to write it.
 
 Only strongly typed scalars are packed: a weakly typed one would come back strongly typed.
 """
