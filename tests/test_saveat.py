@@ -486,3 +486,25 @@ def test_a_list_of_save_times_may_hold_traced_times():
         return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 2.0, 0.1, 1.0, saveat=saveat).ys
 
     np.testing.assert_allclose(solve(0.5), np.exp([-0.5, -2.0]), rtol=1e-5)
+
+
+def test_eager_calls_with_new_lists_of_save_times_compile_the_solve_once():
+    """Called outside `jit`, as a script calls it: new lists of save times of one length
+    reuse the compiled solve, where each new list had compiled it again (about 0.3 s a
+    call). Compilations are counted through `jax.monitoring`."""
+    compiles = []
+
+    def listen(event, duration, **kwargs):
+        if "backend_compile" in event:
+            compiles.append(event)
+
+    term = ode.ODETerm(lambda t, y, args: -y)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        for ts in ([0.5, 1.0], [0.6, 1.1], [0.7, 1.2]):
+            compiled_before = len(compiles)
+            sol = ode.diffeqsolve(term, ode.Tsit5(), 0.0, 2.0, 0.1, 1.0, saveat=ode.SaveAt(ts=ts))
+            np.testing.assert_allclose(sol.ys, np.exp(-np.asarray(ts)), rtol=1e-5)
+        assert len(compiles) == compiled_before  # the last call compiled nothing
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
