@@ -57,6 +57,11 @@ def shape_of(ts: Any) -> tuple[int, ...] | None:
         return None
 
 
+def shape_text(shape: tuple[int, ...] | None) -> str:
+    """`shape_of`'s answer, as an error message shows it."""
+    return "a ragged list" if shape is None else f"shape {shape}"
+
+
 def _dtype_of(ts: Any) -> Any:
     """The dtype of times: a list or NumPy array as NumPy reads it (strings stay strings),
     a JAX array's."""

@@ -8,7 +8,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._checks import check_flag, check_real_times, shape_of
+from ._checks import check_flag, check_real_times, shape_of, shape_text
 from ._flat import PyTree, RealScalarLike
 from ._time import times_array
 
@@ -23,7 +23,7 @@ def _check_ts(ts: ArrayLike | None, owner: str) -> None:
         return
     shape = shape_of(ts)
     if shape is None or len(shape) != 1 or shape[0] == 0:
-        got = "a ragged list" if shape is None else f"shape {shape}"
+        got = shape_text(shape)
         raise ValueError(f"{owner}(ts=...) must be a non-empty 1-D array of times, got {got}.")
     check_real_times(f"{owner}(ts=...)", ts)
 

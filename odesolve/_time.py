@@ -8,6 +8,7 @@ promotes them the same way, so that `t0 = 0` next to `t1 = 0.05` is not an int32
 truncates the step to zero.
 """
 
+import contextlib
 from typing import Any
 
 import jax
@@ -57,8 +58,6 @@ def times_array(ts: Any) -> Any:
     if ts is None or isinstance(ts, (jax.Array, np.ndarray)):
         return ts
     for as_array in (np.asarray, jnp.asarray):
-        try:
+        with contextlib.suppress(TypeError, ValueError):  # not numbers: try the next
             return as_array(ts)
-        except (TypeError, ValueError):
-            pass
     return ts

@@ -9,7 +9,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-from .._checks import check_real_times, shape_of
+from .._checks import check_real_times, shape_of, shape_text
 from .._flat import RealScalarLike
 from .._results import RESULTS
 from .._time import times_array
@@ -132,7 +132,7 @@ class StepTo(AbstractFixedStepController):
     def __check_init__(self):
         shape = shape_of(self.ts)
         if shape is None or len(shape) != 1 or shape[0] < 2:
-            got = "a ragged list" if shape is None else f"shape {shape}"
+            got = shape_text(shape)
             raise ValueError(
                 f"StepTo(ts): ts must be a 1-D array of at least 2 times (t0 ... t1), got {got}."
             )
