@@ -47,7 +47,7 @@ from ._checkpointed import Checkpointing, checkpointed_loop
 from ._decisions import DECISION_ROWS
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
-from ._residuals import TapeRows, tape_rows
+from ._residuals import tape_rows
 from ._schedule import (
     SCHEDULES,
     AbstractSchedule,
@@ -257,9 +257,9 @@ def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int
         is_float = lambda x: eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
         diff = jtu.tree_map(is_float, params)
     layout, taped = tape_rows(loop, params, diff, init)
-    online = TapeRows(taped.carry_packing, taped.residual_packing, combined=True)
+    online = tape_rows(loop, params, diff, init, combined=True)[1]
     size = lambda r: r.float_width * jnp.dtype(r.float_dtype).itemsize + r.int_width * 4
-    (floats, ints), itemsize = taped.carry_packing.sizes(), jnp.dtype(taped.float_dtype).itemsize
+    (floats, ints), itemsize = online.carry_packing.sizes(), jnp.dtype(online.float_dtype).itemsize
     return floats * itemsize + ints * 4, size(taped), size(online), layout.operations
 
 

@@ -224,6 +224,24 @@ class Loop(eqx.Module):
         )
 
 
+# One emit as a function of the differentiated float inputs, (params, carry) -> ((float
+# leaves of the new carry, written values), rows written); see `emit_fn`.
+EmitOutput = tuple[tuple[PyTree, tuple[PyTree, ...]], tuple[Int[ArrayLike, ""], ...]]
+EmitFn = Callable[[PyTree, PyTree], EmitOutput]
+
+
+def emit_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> EmitFn:
+    """One emit of `loop` as a function of the differentiated float inputs (the others,
+    `params_s` and `carry_s`, held): -> ((float leaves of the new carry, written values),
+    rows written)."""
+
+    def emit(pf: PyTree, cf: PyTree) -> EmitOutput:
+        new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
+        return (loop.split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
+
+    return emit
+
+
 def scratch_row(buffer: PyTree) -> int:
     """Index of a buffer's last row, the scratch row that dropped writes go to."""
     return jtu.tree_leaves(buffer)[0].shape[0] - 1

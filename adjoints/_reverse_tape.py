@@ -10,14 +10,13 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
 from ._lockstep import lockstep_while, tree_where
-from ._loop import Buffers
+from ._loop import Buffers, emit_fn
 from ._packing import Rows
 from ._residuals import Layout, TapeRows
 from ._sweep import Cotangents, Run
 from ._tick_vjp import (
     accumulate,
     add,
-    emit_fn,
     emit_vjp,
     read_leaves,
     reads_params,

@@ -29,11 +29,11 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
 from ._lockstep import if_any, tree_where
-from ._loop import Buffers, Loop, Reversal
+from ._loop import Buffers, Loop, Reversal, emit_fn
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
 from ._sweep import num_steps_bound
-from ._tick_vjp import accumulate, add, emit_fn, emit_vjp, reads_params
+from ._tick_vjp import accumulate, add, emit_vjp, reads_params
 from ._ticks import Ticks, run_ticks
 
 

@@ -16,14 +16,10 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._lockstep import tree_where
-from ._loop import Buffers, Loop, Write, scratch_row
+from ._loop import Buffers, EmitFn, Loop, Write, emit_fn, scratch_row
 from ._residuals import linearise, transposed
 from ._rows import read_row, write_row
 
-# One emit as a function of the differentiated float inputs, (params, carry) -> ((float
-# leaves of the new carry, written values), rows written); see `emit_fn`.
-EmitOutput = tuple[tuple[PyTree, tuple[PyTree, ...]], tuple[Int[ArrayLike, ""], ...]]
-EmitFn = Callable[[PyTree, PyTree], EmitOutput]
 # Cotangents of (the differentiated parameters, or None; the carry's float leaves; the
 # output buffers).
 TickCotangents = tuple[PyTree, PyTree, Buffers]
@@ -186,13 +182,3 @@ def step_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> Callable[[PyTree, 
         return loop.split(new)[0]
 
     return step
-
-
-def emit_fn(loop: Loop, params_s: PyTree, carry_s: PyTree) -> EmitFn:
-    """One emit likewise: -> ((float leaves of the new carry, written values), rows)."""
-
-    def emit(pf: PyTree, cf: PyTree) -> EmitOutput:
-        new, writes = loop.emit(eqx.combine(pf, params_s), eqx.combine(cf, carry_s))
-        return (loop.split(new)[0], tuple(w.value for w in writes)), tuple(w.row for w in writes)
-
-    return emit

@@ -559,12 +559,12 @@ def test_a_large_state_keeps_bare_states_and_never_fewer_than_log2_of_the_bound(
     assert isinstance(chosen, Segments)
 
 
-def _diffusion_gradient(field, y0, args, batch: int | None = None):
+def _diffusion_gradient(field, y0, args, batch: int | None = None, max_steps: int = 100_000):
     def loss(args, y0):
         sol = ode.diffeqsolve(
             ode.ODETerm(field), ode.Tsit5(), 0.0, 0.1, 1e-4, y0, args,
             stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-8),
-            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 0.1, 11)), max_steps=100_000,
+            saveat=ode.SaveAt(ts=jnp.linspace(0.0, 0.1, 11)), max_steps=max_steps,
         )  # fmt: skip
         return jnp.sum(sol.ys**2)
 
@@ -576,12 +576,14 @@ def _diffusion_gradient(field, y0, args, batch: int | None = None):
 
 
 def test_a_cheap_step_on_a_large_state_keeps_bare_states_unless_its_segments_stay_long(monkeypatch):
-    # A reaction-diffusion field on 200 points: 16 KB rows for 2.3 operations a byte.
-    # Recomputing a step from its state is cheaper than writing and reading back its
-    # row (benchmarks/README.md): bare states. Under vmap, a batch of 4 shares the
-    # budget but still tapes segments of over SHORT_SEGMENT_TICKS ticks, and keeps them;
-    # a batch of 64 would tape 2 ticks a segment, and keeps bare states. An MLP field,
-    # whose row costs 39 operations a byte, keeps taped segments.
+    # A reaction-diffusion field on 200 points: 10 KB rows (its stages' inputs; an
+    # emit's row holds less) for 3.6 operations a byte. Recomputing a step from its state
+    # is cheaper than writing and reading back its row (benchmarks/README.md): bare
+    # states. Under vmap, a batch of 4 shares the budget but still tapes segments of
+    # over SHORT_SEGMENT_TICKS ticks, and keeps them; a batch of 64 whose share is the
+    # least for a bound of 4,096 steps (13 states) would tape 6 ticks a segment, and keeps
+    # bare states. An MLP field, whose row costs 39 operations a byte, keeps taped
+    # segments.
     chosen = record_schedule_choices(monkeypatch)
     x = jnp.linspace(0.0, 1.0, 200)
 
@@ -595,7 +597,9 @@ def test_a_cheap_step_on_a_large_state_keeps_bare_states_unless_its_segments_sta
     assert 4 * 2**20 // chosen[-1].schedule.slots < 2 * 200 * 8 + 256
     _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=4)
     assert isinstance(chosen[-1].schedule, Segments)
-    _diffusion_gradient(diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=64)
+    _diffusion_gradient(
+        diffusion, jnp.exp(-100 * (x - 0.5) ** 2), jnp.asarray(1.0), batch=64, max_steps=4096
+    )
     assert isinstance(chosen[-1].schedule, States)
     keys = jax.random.split(jax.random.key(0), 2)
     weights = (jax.random.normal(keys[0], (128, 32)), jax.random.normal(keys[1], (32, 128)))
