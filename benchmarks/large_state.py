@@ -52,21 +52,23 @@ def batched_layer(n: int = 64, batch: int = 256):
     """A layer tanh(A y) on a state of `n`, `batch` initial states (solved by `vmap`),
     float32 (a 2-D `y0` is a batch: see `gradient`)."""
     keys = jax.random.split(jax.random.key(0), 2)
-    a = jax.random.normal(keys[0], (n, n), jnp.float32) / np.sqrt(n) - 2 * jnp.eye(n)
+    scale = jnp.float32(n**-0.5)
+    a = scale * jax.random.normal(keys[0], (n, n), jnp.float32) - 2 * jnp.eye(n, dtype=jnp.float32)
     y0s = jax.random.normal(keys[1], (batch, n), jnp.float32)
     return lambda t, y, a: jnp.tanh(a @ y), y0s, a, 1.0, (1e-6, 1e-6)
 
 
 def gradient(lib, field, y0, t1, tolerances):
     rtol, atol = tolerances
-    saves, dt0 = (20, 0.05) if y0.ndim == 2 else (11, 1e-4)
+    # The batch as a training loop writes it: Diffrax's default max_steps.
+    saves, dt0, max_steps = (20, 0.05, 4096) if y0.ndim == 2 else (11, 1e-4, 100_000)
 
     def solve(args, y0):
         sol = lib.diffeqsolve(
             lib.ODETerm(field), lib.Tsit5(), 0.0, t1, dt0, y0, args,
             stepsize_controller=lib.PIDController(rtol=rtol, atol=atol),
             saveat=lib.SaveAt(ts=jnp.linspace(0.0, t1, saves, dtype=y0.dtype)),
-            max_steps=100_000,
+            max_steps=max_steps,
         )  # fmt: skip
         return jnp.sum(sol.ys**2), sol.stats["num_steps"]
 
