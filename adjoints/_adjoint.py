@@ -44,7 +44,7 @@ import jax.tree_util as jtu
 from ._arguments import check_count, check_linear_solver
 from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import Checkpointing, checkpointed_loop
-from ._decisions import DECISION_ROWS
+from ._decisions import DECISION_ROWS, value_bytes
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
 from ._residuals import tape_rows
@@ -357,10 +357,15 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot, per_step = row_bytes(loop, params, init, diff)
         per_bare = packing_before_steps(loop, init).bytes()  # a state kept before a step
+        # Taped segments keep the step sizes of the ticks they plan to recompute (at most
+        # `MOST_STARTS` segments' worth: see `_decisions`), so a tape row costs those too.
+        per_segment_row = per_tick
+        if self.decision_rows is None:
+            per_segment_row += MOST_STARTS * value_bytes(loop, init)
         per_solve = self.budget_per_solve(batch_size)
         if self.memory_budget is None:
             ticks = MIN_DEFAULT_TICKS_PER_SOLVE
-            enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_tick)
+            enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_segment_row)
             per_solve = max(
                 self.budget_per_solve(batch_size, enough), least_states(bound) * per_state
             )
@@ -380,7 +385,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 if nested is not None:
                     return nested
             if not _offline(loop):
-                segments = Segments.fit(bound, per_state, per_tick, per_solve)
+                segments = Segments.fit(bound, per_state, per_segment_row, per_solve)
                 # Bare states are weighed against taped rows as whole carries, the
                 # measure the ratios were set by (a field whose linearisation is
                 # costly is faster taped, however small its states); once chosen, as

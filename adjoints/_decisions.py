@@ -62,6 +62,15 @@ def _split(decision: PyTree) -> tuple[PyTree, PyTree]:
     return jtu.tree_map(keep(True), decision), jtu.tree_map(keep(False), decision)
 
 
+def value_bytes(loop: Loop, init: PyTree) -> int:
+    """Bytes of one tick's recorded values (its decision's leaves that are not verdicts):
+    what the record adds for each tick a schedule plans to recompute."""
+    if loop.decision is None:
+        return 0
+    values = _split(jax.eval_shape(loop.decision, init, init))[1]
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jtu.tree_leaves(values))
+
+
 def empty_record(
     loop: Loop, init: PyTree, bound: int, rows: int | None, planned: int | None
 ) -> Record | None:
