@@ -47,6 +47,7 @@ from ._checkpointed import Checkpointing, checkpointed_loop
 from ._decisions import DECISION_ROWS, value_bytes
 from ._direct import bounded_loop
 from ._loop import Loop, run_plain
+from ._packing import tree_bytes
 from ._residuals import tape_rows
 from ._schedule import (
     SCHEDULES,
@@ -242,11 +243,6 @@ class DirectAdjoint(AbstractAdjoint):
         return bounded_loop(loop, params, init, buffers)
 
 
-def carry_bytes(init: Any) -> int:
-    leaves = jtu.tree_leaves(jax.eval_shape(lambda: init))
-    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
-
-
 def row_bytes(loop: Loop, params: Any, init: Any, diff: Any = None) -> tuple[int, int, int, int]:
     """Bytes of (a stored state; a taping row: the larger of a state and a step's
     residuals; an online slot: a state and the residuals beside it) when the parameter
@@ -352,7 +348,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         state, whichever is larger) for the parameter leaves `diff` marks differentiated
         (None: every float one)."""
         bound = num_ticks_bound(loop)
-        per_state = per_tick = per_slot = carry_bytes(init)
+        per_state = per_tick = per_slot = tree_bytes(init)
         per_step = None  # the step's operations, when traced
         if params is not None and self.checkpoints is None:
             per_state, per_tick, per_slot, per_step = row_bytes(loop, params, init, diff)

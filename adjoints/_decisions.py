@@ -26,6 +26,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Int, PyTree
 
 from ._loop import Loop
+from ._packing import tree_bytes
 from ._rows import read_row, write_row
 
 # Decisions kept for recomputation to impose, by default: those of the first 2**17 ticks,
@@ -67,8 +68,7 @@ def value_bytes(loop: Loop, init: PyTree) -> int:
     what the record adds for each tick a schedule plans to recompute."""
     if loop.decision is None:
         return 0
-    values = _split(jax.eval_shape(loop.decision, init, init))[1]
-    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jtu.tree_leaves(values))
+    return tree_bytes(_split(jax.eval_shape(loop.decision, init, init))[1])
 
 
 def empty_record(

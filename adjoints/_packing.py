@@ -21,6 +21,12 @@ Row = tuple[Inexact[Array, " floats"], Int[Array, " ints"]]
 Rows = tuple[Inexact[Array, "rows floats"], Int[Array, "rows ints"]]
 
 
+def tree_bytes(tree: PyTree) -> int:
+    """Bytes of a PyTree's arrays (or shapes), each leaf in its own dtype."""
+    leaves = jtu.tree_leaves(jax.eval_shape(lambda: tree))
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
+
+
 def cast(x: Array, dtype: DTypeLike) -> Array:
     """`x.astype(dtype)`, taking the real part explicitly where a complex value goes to a
     real dtype (a real leaf stored beside complex ones; an implicit cast is deprecated)."""
