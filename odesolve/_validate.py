@@ -278,18 +278,25 @@ class _NotAnArray(Exception):
 _ARRAY_LIKE = (jax.Array, np.ndarray, np.generic, bool, int, float)
 
 
-def _checked_condition(cond: Callable, kwargs: dict[str, Any]) -> Callable:
+class _CheckedCondition(eqx.Module):
     """`cond` with the solve's keyword arguments bound, refusing a non-array result
-    before JAX's tracing turns it into an error about JAX types."""
+    before JAX's tracing turns it into an error about JAX types. A PyTree, not a
+    closure: the arrays among the keyword arguments (times, the traced field's
+    parameters) are its leaves, so `trace_once` keys its trace by their shapes and keeps
+    it for the next solve of the same structure (an eager `jax.grad` called again)."""
 
-    def bound(t: Any, y: PyTree, args: PyTree) -> Any:
-        out = cond(t, y, args, **kwargs)
+    cond: Callable
+    kwargs: dict[str, Any]
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self.cond, "__name__", "condition")
+
+    def __call__(self, t: Any, y: PyTree, args: PyTree) -> Any:
+        out = self.cond(t, y, args, **self.kwargs)
         if not all(isinstance(leaf, _ARRAY_LIKE) for leaf in jtu.tree_leaves(out)):
             raise _NotAnArray
         return out
-
-    bound.__name__ = getattr(cond, "__name__", "condition")
-    return bound
 
 
 def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controller, max_steps):
@@ -300,7 +307,7 @@ def _traced_event(event, terms, solver, t0, t1, dt0, y0, args, saveat, controlle
     kwargs = condition_kwargs(terms, solver, t0, t1, dt0, saveat, controller, max_steps)
     conditions = []
     for cond in event.conditions:
-        bound = _checked_condition(cond, kwargs)
+        bound = _CheckedCondition(cond, kwargs)
         try:
             traced = trace_once(bound, t0, y0, args)
         except _NotAnArray:  # returned a string, an object...

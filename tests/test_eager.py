@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import odesolve as ode
+from odesolve import _interpolation
 
 
 def test_a_repeated_eager_solve_traces_the_field_once():
@@ -170,6 +171,52 @@ def test_an_eager_gradient_vmap_or_jvp_compiles_once():
             np.testing.assert_allclose(jax.grad(loss)(r), -np.exp(-r), rtol=1e-6)
             np.testing.assert_allclose(jvp(loss)(r)[1], -np.exp(-r), rtol=1e-6)
             np.testing.assert_allclose(jax.vmap(loss)(r * jnp.ones(3)), np.exp(-r), rtol=1e-6)
+
+
+def test_an_eager_gradient_of_a_solve_with_an_event_compiles_once():
+    # The event condition receives the solve's keyword arguments (times, terms...); its
+    # trace is kept by their shapes, as the field's is, so a parameter fit calling
+    # `jax.grad` outside `jit` (Diffrax: one compilation) compiles once, not per call.
+    fall = ode.ODETerm(lambda t, y, g: jnp.stack([y[1], -g]))
+    pid = ode.PIDController(rtol=1e-8, atol=1e-8)
+    landed = ode.Event(lambda t, y, args, **kwargs: y[0])
+
+    def impact_speed(g):
+        sol = ode.diffeqsolve(
+            fall, ode.Tsit5(), 0.0, jnp.inf, 0.1, jnp.array([10.0, 0.0]), g,
+            stepsize_controller=pid, event=landed,
+        )  # fmt: skip
+        return sol.ys[-1, 1]
+
+    gs = [jnp.asarray(g) for g in (9.0, 9.81, 11.0)]
+    compiles = _compile_events([functools.partial(jax.grad(impact_speed), g) for g in gs])
+    assert compiles[0] and compiles[1:] == [[], []], compiles
+    for g in gs:  # v = -sqrt(2 h g): dv/dg = -sqrt(h / (2 g))
+        np.testing.assert_allclose(jax.grad(impact_speed)(g), -np.sqrt(5.0 / g), rtol=1e-8)
+
+
+def test_the_dense_solution_evaluated_eagerly_is_one_compiled_call(monkeypatch):
+    # A plotting loop calls `sol.evaluate(t)` outside `jit`. Each call is one compiled
+    # call: the interpolant's Python runs once, when traced, and new times (Python
+    # numbers as arrays: Diffrax compiles again for each new number) compile nothing.
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2),
+        saveat=ode.SaveAt(dense=True), stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+    )  # fmt: skip
+    runs = []
+    for name in ("value", "slope"):
+        original = getattr(_interpolation, name)
+        counted = lambda *a, _original=original, _name=name: runs.append(_name) or _original(*a)
+        monkeypatch.setattr(_interpolation, name, counted)
+    for given in (lambda t: t, jnp.asarray):
+        for method in (sol.evaluate, sol.derivative, lambda t: sol.evaluate(0.1, t)):
+            runs.clear()
+            calls = [functools.partial(method, given(t)) for t in (0.3, 0.5, 0.7)]
+            compiles = _compile_events(calls)
+            assert compiles[1:] == [[], []] and len(runs) <= 2, (compiles, runs)
+    np.testing.assert_allclose(sol.evaluate(0.5), np.exp(-0.5) * np.ones(2), rtol=1e-7)
+    np.testing.assert_allclose(sol.derivative(0.5), -np.exp(-0.5) * np.ones(2), rtol=1e-5)
+    np.testing.assert_allclose(sol.evaluate(0.1, 0.5), np.exp(-0.5) - np.exp(-0.1), rtol=1e-6)
 
 
 @pytest.mark.matrix  # grad, vmap and jvp of both kinds of field stay in the suite
