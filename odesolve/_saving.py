@@ -111,9 +111,11 @@ def _output(sub: SubSaveAt, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> O
 
 def _fn_shape(fn: Callable, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> PyTree:
     """What `fn(t0, y0, args)` returns, as shapes: traced once here so that a mistake in
-    it (a wrong signature, a string returned) is told against `fn`, not deep in a loop."""
+    it (a wrong signature, a string returned) is told against `fn`, not deep in a loop.
+    The inputs are closed over, not passed: `args` may hold what is not an array (an
+    `eqx.nn.MLP` holds its activation functions)."""
     try:
-        return jax.eval_shape(fn, t0, y0, args)
+        return jax.eval_shape(lambda: fn(t0, y0, args))
     except Exception as error:
         raise TypeError(
             f"SaveAt(fn={fn!r}) failed when called as fn(t0, y0, args): "

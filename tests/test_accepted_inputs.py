@@ -190,3 +190,34 @@ def test_times_given_as_lists_are_traced_by_filter_jit(controller):
     for ts in ([0.25, 0.5], [0.3, 0.9]):
         np.testing.assert_allclose(solve(controller(ts))[-1], Y0 * np.exp(-1.0), rtol=1e-3)
     assert len(traces) == 1
+
+
+@pytest.mark.parametrize("output", ["steps", "fn", "subs"])
+def test_args_holding_functions_save_every_step_or_a_function_of_the_state(output):
+    # `args` may be any PyTree, as a model passed to the field: an `eqx.nn.MLP` holds its
+    # activation functions, which are not arrays. Saving every step or `fn(t, y, args)`
+    # once traced `fn` with `args` as an input, and refused them.
+    mlp = eqx.nn.MLP(2, 2, 8, 1, activation=jax.nn.softplus, key=jax.random.key(0))
+    ts = jnp.linspace(0.0, 1.0, 5)
+
+    def loss(lib, model):
+        saveat = {
+            "steps": lib.SaveAt(steps=True),
+            "fn": lib.SaveAt(ts=ts, fn=lambda t, y, m: m(y)),
+            "subs": lib.SaveAt(
+                subs=(lib.SubSaveAt(t1=True), lib.SubSaveAt(ts=ts, fn=lambda t, y, m: m(y)))
+            ),
+        }[output]
+        sol = lib.diffeqsolve(
+            lib.ODETerm(lambda t, y, m: m(y) - y), lib.Tsit5(), 0.0, 1.0, 0.1, Y0, model,
+            saveat=saveat, stepsize_controller=lib.PIDController(rtol=1e-8, atol=1e-8),
+            max_steps=64,
+        )  # fmt: skip
+        leaves = jax.tree_util.tree_leaves(sol.ys)
+        return sum(jnp.sum(jnp.where(jnp.isfinite(x), x, 0.0) ** 2) for x in leaves)
+
+    grad = lambda lib: eqx.filter_jit(eqx.filter_value_and_grad(lambda m: loss(lib, m)))(mlp)
+    (value, grads), (ref_value, ref_grads) = grad(ode), grad(diffrax)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-10)
+    for ours, theirs in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-12)
