@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 
 from adjoints import AbstractAdjoint, Loop, RecursiveCheckpointAdjoint, batch_size
 
-from . import _event, _saving, _steady_state_derivative, _step
+from . import _event, _interpolation, _saving, _steady_state_derivative, _step
 from ._adjoint_outputs import check_outputs
 from ._checks import check_flag
 from ._config import Config, Params, check_adaptive, static_times
@@ -392,7 +392,9 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
             static = dataclasses.replace(config, static_times=True)
             fixed = make_loop(static, constant=_step.time_leaves)
         loop = make_loop(config, fixed_times=fixed)
-    buffers = _saving.buffers(config.saving, params.save_ts, spec, len(config.table), time_dtype)
+    buffers = _saving.buffers(
+        config.saving, params.save_ts, spec, _interpolation.row_width(config.table), time_dtype
+    )
     problem = None
     if adjoint.needs_problem():
         problem = continuous_problem(adjoint, solver, max_steps, throw, diffeqsolve)

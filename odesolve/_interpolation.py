@@ -104,3 +104,73 @@ def on_step(table: Table, row: tuple, t1: Array, t: Array) -> Array:
     t0, y0, ks = row
     h, theta = position(t0, t1, t)
     return value(table, y0, h, theta, ks)
+
+
+# --- A dense-output row: the step's dense vectors, or fewer vectors of the same curve ----
+#
+# `SaveAt(dense=True)` keeps a row per step for up to `max_steps` steps (as Diffrax does),
+# and that buffer is most of such a solve's memory: under `vmap` it is zeroed, written and
+# (in a gradient) met by a cotangent of its size on every call. An interpolant of degree d
+# is the curve sum_j C(d, j) theta^j (1 - theta)^(d - j) c_j with c_0 = 0, so d control
+# points c_1..c_d hold it: 4 vectors instead of Tsit5's 7 dense vectors (Dopri5 6 -> 4,
+# Dopri8 10 -> 6, Kvaerno5 7 -> 4). A row keeps whichever is fewer.
+
+
+def uses_points(table: Table) -> bool:
+    """Whether a dense-output row keeps the interpolant's control points (fewer than
+    the step's dense vectors)."""
+    return len(_weights(table, False)[0]) - 1 < len(table)
+
+
+def row_width(table: Table) -> int:
+    """How many vectors a dense-output row keeps."""
+    return len(_weights(table, False)[0]) - 1 if uses_points(table) else len(table)
+
+
+def row_vectors(table: Table, ks: Sequence[Array]) -> list[Array]:
+    """What a dense-output row keeps of a step's dense vectors `ks`: the control points
+    c_1..c_d where fewer, each taken as `_combine` sums (the weighted differences of the
+    dense vectors, for rounding), else `ks` themselves."""
+    if not uses_points(table):
+        return list(ks)
+    weights = _weights(table, False)
+    base = ks[0]
+    points = []
+    for j in range(1, len(weights[0])):
+        point = in_state_dtype(weights[-1][j], base) * base
+        for coeffs, k in zip(weights[1:-1], ks[1:], strict=True):
+            if coeffs[j] != 0:
+                point = point + in_state_dtype(coeffs[j], k) * (k - base)
+        points.append(jnp.asarray(point))
+    return points
+
+
+def row_value(
+    table: Table, y0: Float[Array, "*m n"], h: Array, theta: Array, vectors: Sequence[Array]
+) -> Float[Array, "*m n"]:
+    """y(theta) from a dense-output row's `vectors` (see `row_vectors`)."""
+    if not uses_points(table):
+        return value(table, y0, h, theta, vectors)
+    d = len(vectors)
+    rest = 1 - theta
+    curve = sum(
+        in_state_dtype(comb(d, j) * theta**j * rest ** (d - j), c) * c
+        for j, c in enumerate(vectors, start=1)
+    )
+    return y0 + in_state_dtype(h, y0) * curve
+
+
+def row_slope(table: Table, theta: Array, vectors: Sequence[Array]) -> Array:
+    """dy/dt from a dense-output row's `vectors`: for control points, the derivative of
+    the curve, d sum_j C(d-1, j) theta^j (1 - theta)^(d-1-j) (c_(j+1) - c_j)."""
+    if not uses_points(table):
+        return slope(table, theta, vectors)
+    points = [jnp.zeros_like(vectors[0]), *vectors]
+    d = len(vectors)
+    rest = 1 - theta
+    total = sum(
+        in_state_dtype(d * comb(d - 1, j) * theta**j * rest ** (d - 1 - j), points[j])
+        * (points[j + 1] - points[j])
+        for j in range(d)
+    )
+    return jnp.asarray(total)

@@ -231,7 +231,8 @@ def emit(
         assert dense_due is not None and dense_row is not None
         t0, y0, ks = now.row
         row = jnp.where(dense_due, dense_row, layout.rows)
-        writes.append(Write(row, (t0, now.t, y0, jnp.stack(ks))))
+        vectors = _interpolation.row_vectors(now.table, ks)
+        writes.append(Write(row, (t0, now.t, y0, jnp.stack(vectors))))
         dense_row = dense_row + dense_due.astype(jnp.int32)
         dense_due = jnp.zeros_like(dense_due)
     return SaveState(tuple(outputs), dense_due, dense_row), tuple(writes)

@@ -21,7 +21,8 @@ class StepRows(eqx.Module):
 
     - `t_start`, `t_end`: (R,) the step's interval.
     - `y0`: (R, n) the state at `t_start`.
-    - `stages`: (R, s', n) the stage derivatives the interpolant uses.
+    - `stages`: (R, w, n) what the interpolant is made from: the step's dense vectors,
+      or the fewer control points of the same curve (`_interpolation.row_vectors`).
     - `count`: how many leading rows are valid.
     """
 
@@ -50,12 +51,12 @@ class StepRows(eqx.Module):
 
     def evaluate(self, table: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
         index, found, h, theta, ks = self._local(tau)
-        y = _interpolation.value(table, self.y0[index], h, theta, ks)
+        y = _interpolation.row_value(table, self.y0[index], h, theta, ks)
         return jnp.where(found[:, None], y, jnp.nan)
 
     def slope(self, table: tuple, tau: Float[Array, " m"]) -> Float[Array, "m n"]:
         _, found, _, theta, ks = self._local(tau)
-        return jnp.where(found[:, None], _interpolation.slope(table, theta, ks), jnp.nan)
+        return jnp.where(found[:, None], _interpolation.row_slope(table, theta, ks), jnp.nan)
 
 
 class DenseInterpolation(eqx.Module):

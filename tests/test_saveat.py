@@ -341,6 +341,41 @@ def test_float32_dense_output_is_its_interpolant_to_rounding(solver):
         assert error < 1.5e-6 if read == "derivative" else error < 2e-7, (read, error)
 
 
+# (solver, vectors a dense-output row keeps): the interpolant's control points where
+# fewer than the step's dense vectors (Tsit5 7 -> 4, Dopri8 10 -> 6), else those.
+DENSE_ROWS = [
+    ("Tsit5", 4),
+    ("Dopri5", 4),
+    ("Dopri8", 6),
+    ("Bosh3", 3),
+    ("Heun", 2),
+]
+
+
+@pytest.mark.parametrize("name, width", DENSE_ROWS, ids=[n for n, _ in DENSE_ROWS])
+def test_dense_rows_keep_the_fewest_vectors_and_give_diffraxs_values(name, width):
+    """A dense-output row keeps the interpolant's control points where they are fewer
+    than the step's dense vectors (the buffer of max_steps rows is most of such a solve's
+    memory); `evaluate` and `derivative` are Diffrax's, from its rows of dense vectors."""
+
+    def field(t, y, args):
+        return jnp.stack([jnp.sin(3 * t) - 0.5 * y[0], y[0] - y[1]])
+
+    def solve(lib):
+        return lib.diffeqsolve(
+            lib.ODETerm(field), getattr(lib, name)(), 0.0, 5.0, 0.02, jnp.array([5.0, 1.0]),
+            saveat=lib.SaveAt(dense=True), max_steps=4096,
+        )  # fmt: skip
+
+    ours, theirs = solve(ode), solve(diffrax)  # the same 250 steps
+    assert ours.interpolation.rows.stages.shape[1] == width
+    ts = jnp.linspace(0.0, 5.0, 499)
+    for read in ("evaluate", "derivative"):
+        got, expected = getattr(ours, read)(ts), jax.vmap(getattr(theirs, read))(ts)
+        scale = np.max(np.abs(expected))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11 * scale, err_msg=read)
+
+
 def test_dense_output_outside_the_interval_is_nan_on_both_sides():
     """As in Diffrax: no extrapolation before t0 or after t1, forwards and backwards."""
     sol = backwards_solution()  # from t = 2 down to 0
