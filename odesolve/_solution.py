@@ -109,7 +109,8 @@ class DenseInterpolation(eqx.Module):
 
 
 def _time_input(t: Any) -> Any:
-    return None if t is None else jnp.asarray(t)
+    # An array passes as it is (`jnp.asarray` of one costs as much as the compiled call).
+    return t if t is None or isinstance(t, jax.Array) else jnp.asarray(t)
 
 
 @jax.jit
@@ -198,6 +199,8 @@ def _check_times(owner: str, **times: Any) -> None:
     for name, t in times.items():
         if t is None and name == "t1":  # no increment asked for
             continue
+        if isinstance(t, jax.Array) and t.dtype.kind in "fiu" and t.ndim <= 1:
+            continue  # the common case, checked without JAX's dtype machinery
         real = eqx.is_array_like(t) and not isinstance(t, (str, bytes)) and is_real(t)
         if not real or jnp.ndim(t) > 1:
             raise TypeError(f"{owner}({name}={t!r}): pass a real time, or a 1-D array of times.")

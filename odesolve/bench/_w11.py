@@ -6,7 +6,8 @@ it (checking and normalising its inputs, finding the compiled program, returning
 solution) is the cost a user sees. Each timed call is a loop of `CALLS` solves of
 Lotka-Volterra (Tsit5, PID 1e-6), with the save times as a Python-number end (`t1`) or as
 an array of times (`SaveAt(ts=...)`, checked on every call), or of `CALLS` gradients by
-`jax.grad` outside `jit` (`grad`).
+`jax.grad` outside `jit` (`grad`), or one dense solve read by `CALLS` calls of
+`sol.evaluate(t)` at times given as arrays, as a plotting loop reads it (`evaluate`).
 """
 
 import functools
@@ -20,6 +21,7 @@ from ._spec import Case, Entry, Target, Workload
 from ._workloads import DIFFRAX_API, _all_met, _row
 
 CALLS = 100
+CASES = ("W11 t1", "W11 ts", "W11 grad", "W11 evaluate")
 T1 = 5.0
 F64 = jnp.float64
 
@@ -71,6 +73,24 @@ def _loop_of_gradients(lib):
     return calls
 
 
+def _loop_of_evaluations(lib, times: list):
+    """One eager dense solve, then `sol.evaluate(t)` at each of `times` (0-d arrays:
+    Diffrax compiles again for each new Python number), each waited for; returns the
+    last value and the solve's num_steps."""
+
+    def calls(y0, args):
+        sol = lib.diffeqsolve(
+            lib.ODETerm(lotka_volterra), lib.Tsit5(), 0.0, T1, 0.01, y0, args,
+            saveat=lib.SaveAt(dense=True),
+            stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6),
+        )  # fmt: skip
+        for t in times:
+            value = jax.block_until_ready(sol.evaluate(t))
+        return value[None], sol.stats["num_steps"]
+
+    return calls
+
+
 def _entry(name: str, lib, ts) -> Entry:
     return Entry(name, lambda rows: _loop_of_calls(lib, ts), eager=True)
 
@@ -80,7 +100,8 @@ def _gradient_entry(name: str, lib) -> Entry:
 
 
 def cases(size, peers: dict) -> list[Case]:
-    """W11's two cases: the end only, and 11 save times given as an array."""
+    """W11's cases: the end only, 11 save times given as an array, the gradient, and a
+    dense solution evaluated."""
     y0 = jnp.asarray(LOTKA_VOLTERRA_Y0, F64)
     args = jnp.asarray(LOTKA_VOLTERRA_RATES, F64)
     out = []
@@ -95,6 +116,19 @@ def cases(size, peers: dict) -> list[Case]:
     error = functools.partial(reference.max_rel_error, reference=ref)
     what = "max rel. error of the gradient"
     out.append(Case("W11", "W11 grad", (y0, args), entries, error, what))
+    times = list(jnp.linspace(0.0, T1, CALLS, dtype=F64))
+    entries = tuple(
+        Entry(
+            name,
+            functools.partial(lambda lib, rows: _loop_of_evaluations(lib, times), peers[name]),
+            eager=True,
+        )
+        for name in DIFFRAX_API
+        if name in peers
+    )
+    ref = reference.solution(lotka_volterra, y0, 0.0, (float(times[-1]),), args)
+    error = functools.partial(reference.max_abs_error, reference=ref)
+    out.append(Case("W11", "W11 evaluate", (y0, args), entries, error, "max |y(t) - y_ref(t)|"))
     return out
 
 
@@ -116,9 +150,7 @@ W11: Workload = Workload(
     cases=cases,
     target=Target(
         "an eager call costs no more than Diffrax's",
-        lambda rows: _all_met(
-            [_case_check(rows, case) for case in ("W11 t1", "W11 ts", "W11 grad")]
-        ),
+        lambda rows: _all_met([_case_check(rows, case) for case in CASES]),
         ratio=1.0,
     ),
 )
