@@ -192,7 +192,15 @@ def test_times_given_as_lists_are_traced_by_filter_jit(controller):
     assert len(traces) == 1
 
 
-@pytest.mark.parametrize("output", ["steps", "fn", "subs"])
+# Saving every step and a function of the state, each alone (-m matrix) and together.
+@pytest.mark.parametrize(
+    "output",
+    [
+        pytest.param("steps", marks=pytest.mark.matrix),
+        pytest.param("fn", marks=pytest.mark.matrix),
+        "subs",
+    ],
+)
 def test_args_holding_functions_save_every_step_or_a_function_of_the_state(output):
     # `args` may be any PyTree, as a model passed to the field: an `eqx.nn.MLP` holds its
     # activation functions, which are not arrays. Saving every step or `fn(t, y, args)`
@@ -205,7 +213,7 @@ def test_args_holding_functions_save_every_step_or_a_function_of_the_state(outpu
             "steps": lib.SaveAt(steps=True),
             "fn": lib.SaveAt(ts=ts, fn=lambda t, y, m: m(y)),
             "subs": lib.SaveAt(
-                subs=(lib.SubSaveAt(t1=True), lib.SubSaveAt(ts=ts, fn=lambda t, y, m: m(y)))
+                subs=(lib.SubSaveAt(steps=True), lib.SubSaveAt(ts=ts, fn=lambda t, y, m: m(y)))
             ),
         }[output]
         sol = lib.diffeqsolve(

@@ -41,8 +41,8 @@ def _loss(adjoint, a, x0):
 
 
 SCHEDULES = [
-    None,
-    ode.Tape(),
+    None,  # tapes every step here, as Tape() does (with -m matrix)
+    pytest.param(ode.Tape(), marks=pytest.mark.matrix),
     ode.Segments(length=2),
     # Online slots hold residual rows as the tape and segments do (with -m matrix).
     pytest.param(ode.Online(checkpoints=2), marks=pytest.mark.matrix),

@@ -65,7 +65,7 @@ def assert_same_stats(sol, reference):
 # (256 % 3 != 0; 255 % 5 == 0).
 STEPS_CASES = [
     pytest.param(3, True, 256, 0.0, 10.0, id="every-3rd-t1-adds-a-row"),
-    pytest.param(5, True, 255, 0.0, 10.0, id="every-5th-t1-fits"),
+    pytest.param(5, True, 255, 0.0, 10.0, id="every-5th-t1-fits", marks=pytest.mark.matrix),
     pytest.param(4, False, 256, 0.0, 10.0, id="every-4th-ends-on-t1"),
     pytest.param(True, False, 256, 10.0, 0.0, id="backwards"),
 ]
@@ -345,14 +345,14 @@ def test_float32_dense_output_is_its_interpolant_to_rounding(solver):
 # fewer than the step's dense vectors (Tsit5 7 -> 4, Dopri8 10 -> 6), else those.
 DENSE_ROWS = [
     ("Tsit5", 4),
-    ("Dopri5", 4),
+    pytest.param("Dopri5", 4, marks=pytest.mark.matrix),
     ("Dopri8", 6),
-    ("Bosh3", 3),
+    pytest.param("Bosh3", 3, marks=pytest.mark.matrix),
     ("Heun", 2),
 ]
 
 
-@pytest.mark.parametrize("name, width", DENSE_ROWS, ids=[n for n, _ in DENSE_ROWS])
+@pytest.mark.parametrize("name, width", DENSE_ROWS)
 def test_dense_rows_keep_the_fewest_vectors_and_give_diffraxs_values(name, width):
     """A dense-output row keeps the interpolant's control points where they are fewer
     than the step's dense vectors (the buffer of max_steps rows is most of such a solve's

@@ -177,8 +177,9 @@ _ALL = list(itertools.product(TIME_INPUTS, SOLVERS))
 
 
 # The start and the step_ts cases differentiate as the end and the jump_ts ones do (a
-# time of the solve's grid): with `-m matrix`.
-_SHARED_PATHS = {"t0", "step_ts"}
+# time of the solve's grid), and an event's time has its analytic derivative checked in
+# test_events.py: with `-m matrix`.
+_SHARED_PATHS = {"t0", "step_ts", "event"}
 
 
 @pytest.mark.parametrize(
