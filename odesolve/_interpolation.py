@@ -58,6 +58,12 @@ def _weights(table: Table, slope: bool) -> tuple[tuple[float, ...], ...]:
     return tuple(_bernstein(m) for m in monomials)
 
 
+def _bernstein_basis(n: int, theta: Array) -> list[Array]:
+    """The Bernstein polynomials of degree n at theta: C(n, j) theta^j (1 - theta)^(n - j)."""
+    rest = 1 - theta
+    return [comb(n, j) * theta**j * rest ** (n - j) for j in range(n + 1)]
+
+
 def _combine(table: Table, theta: Array, ks: Sequence[Array], slope: bool) -> Array:
     """sum_i w_i(theta) k_i, or with w_i' for `slope`.
 
@@ -69,9 +75,7 @@ def _combine(table: Table, theta: Array, ks: Sequence[Array], slope: bool) -> Ar
     of the dense vectors (stage derivatives, close to each other on a step the tolerance
     accepts) are weighted."""
     weights = _weights(table, slope)
-    n = len(weights[0]) - 1
-    rest = 1 - theta
-    basis = [comb(n, j) * theta**j * rest ** (n - j) for j in range(n + 1)]
+    basis = _bernstein_basis(len(weights[0]) - 1, theta)
 
     def weight(coeffs: Sequence[float], k: Array) -> Array:
         w = sum(c * basis[j] for j, c in enumerate(coeffs) if c != 0)
@@ -116,15 +120,20 @@ def on_step(table: Table, row: tuple, t1: Array, t: Array) -> Array:
 # Dopri8 10 -> 6, Kvaerno5 7 -> 4). A row keeps whichever is fewer.
 
 
+def _degree(table: Table) -> int:
+    """The interpolant's degree in theta: how many control points it has past c_0 = 0."""
+    return len(_weights(table, False)[0]) - 1
+
+
 def uses_points(table: Table) -> bool:
     """Whether a dense-output row keeps the interpolant's control points (fewer than
     the step's dense vectors)."""
-    return len(_weights(table, False)[0]) - 1 < len(table)
+    return _degree(table) < len(table)
 
 
 def row_width(table: Table) -> int:
     """How many vectors a dense-output row keeps."""
-    return len(_weights(table, False)[0]) - 1 if uses_points(table) else len(table)
+    return min(_degree(table), len(table))
 
 
 def row_vectors(table: Table, ks: Sequence[Array]) -> list[Array]:
@@ -136,7 +145,7 @@ def row_vectors(table: Table, ks: Sequence[Array]) -> list[Array]:
     weights = _weights(table, False)
     base = ks[0]
     points = []
-    for j in range(1, len(weights[0])):
+    for j in range(1, _degree(table) + 1):
         point = in_state_dtype(weights[-1][j], base) * base
         for coeffs, k in zip(weights[1:-1], ks[1:], strict=True):
             if coeffs[j] != 0:
@@ -151,12 +160,8 @@ def row_value(
     """y(theta) from a dense-output row's `vectors` (see `row_vectors`)."""
     if not uses_points(table):
         return value(table, y0, h, theta, vectors)
-    d = len(vectors)
-    rest = 1 - theta
-    curve = sum(
-        in_state_dtype(comb(d, j) * theta**j * rest ** (d - j), c) * c
-        for j, c in enumerate(vectors, start=1)
-    )
+    basis = _bernstein_basis(len(vectors), theta)
+    curve = sum(in_state_dtype(b, c) * c for b, c in zip(basis[1:], vectors, strict=True))
     return y0 + in_state_dtype(h, y0) * curve
 
 
@@ -167,10 +172,8 @@ def row_slope(table: Table, theta: Array, vectors: Sequence[Array]) -> Array:
         return slope(table, theta, vectors)
     points = [jnp.zeros_like(vectors[0]), *vectors]
     d = len(vectors)
-    rest = 1 - theta
+    basis = _bernstein_basis(d - 1, theta)
     total = sum(
-        in_state_dtype(d * comb(d - 1, j) * theta**j * rest ** (d - 1 - j), points[j])
-        * (points[j + 1] - points[j])
-        for j in range(d)
+        in_state_dtype(d * b, points[j]) * (points[j + 1] - points[j]) for j, b in enumerate(basis)
     )
     return jnp.asarray(total)

@@ -91,6 +91,10 @@ def _loop_of_evaluations(lib, times: list):
     return calls
 
 
+def _evaluation_entry(name: str, lib, times: list) -> Entry:
+    return Entry(name, lambda rows: _loop_of_evaluations(lib, times), eager=True)
+
+
 def _entry(name: str, lib, ts) -> Entry:
     return Entry(name, lambda rows: _loop_of_calls(lib, ts), eager=True)
 
@@ -118,13 +122,7 @@ def cases(size, peers: dict) -> list[Case]:
     out.append(Case("W11", "W11 grad", (y0, args), entries, error, what))
     times = list(jnp.linspace(0.0, T1, CALLS, dtype=F64))
     entries = tuple(
-        Entry(
-            name,
-            functools.partial(lambda lib, rows: _loop_of_evaluations(lib, times), peers[name]),
-            eager=True,
-        )
-        for name in DIFFRAX_API
-        if name in peers
+        _evaluation_entry(name, peers[name], times) for name in DIFFRAX_API if name in peers
     )
     ref = reference.solution(lotka_volterra, y0, 0.0, (float(times[-1]),), args)
     error = functools.partial(reference.max_abs_error, reference=ref)
