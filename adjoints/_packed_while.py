@@ -11,6 +11,10 @@ For unbatched loops only: under `vmap` each scalar leaf is already a vector over
 batch, and the packed ones would be a (batch, leaves) array that every iteration transposes
 to read a leaf and back to write it.
 
+Integers and flags travel in a float vector where that float represents each of their values
+exactly (int32 in float64; int8, int16 and bool in float32 too): each packed vector costs a
+kernel and, as its new value is gathered from the old one's elements, a copy every iteration.
+
 Only strongly typed scalars are packed: a weakly typed one would come back strongly typed.
 """
 
@@ -29,39 +33,64 @@ T = TypeVar("T")  # a PyTree
 
 
 class _Packing(eqx.Module):
-    """Where each packed leaf of a flattened carry goes: `groups` lists, per dtype, the
-    positions of the leaves packed into that dtype's vector; the others pass through."""
+    """Where each packed leaf of a flattened carry goes: `groups` lists, per vector, its
+    dtype and the positions and dtypes of the leaves packed into it; the others pass
+    through."""
 
     treedef: jtu.PyTreeDef = eqx.field(static=True)
     num_leaves: int = eqx.field(static=True)
-    groups: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    groups: tuple[tuple[np.dtype, tuple[tuple[int, np.dtype], ...]], ...] = eqx.field(static=True)
 
     def pack(self, tree: T) -> tuple[list, list[Array]]:
         leaves = jtu.tree_leaves(tree)
-        packed = {i for group in self.groups for i in group}
+        packed = {i for _, members in self.groups for i, _ in members}
         rest = [x for i, x in enumerate(leaves) if i not in packed]
-        return rest, [jnp.stack([leaves[i] for i in group]) for group in self.groups]
+        stack = lambda dtype, members: jnp.stack([leaves[i].astype(dtype) for i, _ in members])
+        return rest, [stack(dtype, members) for dtype, members in self.groups]
 
     def unpack(self, packed: tuple[list, list[Array]]) -> Any:
         rest, vectors = packed
         leaves: list = [None] * self.num_leaves
-        for group, vector in zip(self.groups, vectors, strict=True):
-            for row, i in enumerate(group):
-                leaves[i] = lax.index_in_dim(vector, row, keepdims=False)
+        for (_, members), vector in zip(self.groups, vectors, strict=True):
+            for row, (i, dtype) in enumerate(members):
+                leaves[i] = _exactly(lax.index_in_dim(vector, row, keepdims=False), dtype)
         passing = iter(rest)
         leaves = [next(passing) if x is None else x for x in leaves]
         return jtu.tree_unflatten(self.treedef, leaves)
 
 
+def _exactly(x: Array, dtype: np.dtype) -> Array:
+    """`x`, which holds a value of `dtype` exactly, as `dtype`."""
+    return x != 0 if dtype == np.bool_ else x.astype(dtype)
+
+
+def _represents(vector: np.dtype, leaf: np.dtype) -> bool:
+    """Whether the float dtype `vector` holds every value of the integer or bool dtype
+    `leaf` exactly (its significand has at least the integer's bits)."""
+    if not jnp.issubdtype(vector, jnp.floating) or jnp.issubdtype(leaf, jnp.inexact):
+        return False
+    bits = 1 if leaf == np.bool_ else 8 * leaf.itemsize
+    return bits <= jnp.finfo(vector).nmant + 1
+
+
 def _packing(init: T) -> _Packing | None:
-    """The packing of `init`'s strongly typed scalar leaves, by dtype; None where no dtype
-    has two of them (nothing to gain)."""
+    """The packing of `init`'s strongly typed scalar leaves: one vector per dtype, with the
+    integers and flags that a float vector represents exactly moved into the widest such;
+    None where no vector would hold two leaves (nothing to gain)."""
     leaves, treedef = jtu.tree_flatten(init)
-    by_dtype: dict[np.dtype, list[int]] = {}
+    by_dtype: dict[np.dtype, list[tuple[int, np.dtype]]] = {}
     for i, x in enumerate(leaves):
         if eqx.is_array(x) and jnp.ndim(x) == 0 and not jax.typeof(x).weak_type:
-            by_dtype.setdefault(jnp.result_type(x), []).append(i)
-    groups = tuple(tuple(group) for group in by_dtype.values() if len(group) > 1)
+            dtype = np.dtype(jnp.result_type(x))
+            by_dtype.setdefault(dtype, []).append((i, dtype))
+    widest_first = sorted(
+        (d for d in by_dtype if jnp.issubdtype(d, jnp.floating)), key=lambda d: -d.itemsize
+    )
+    for dtype in list(by_dtype):
+        into = next((f for f in widest_first if _represents(f, dtype)), None)
+        if into is not None:
+            by_dtype[into] += by_dtype.pop(dtype)
+    groups = tuple((d, tuple(members)) for d, members in by_dtype.items() if len(members) > 1)
     return _Packing(treedef, len(leaves), groups) if groups else None
 
 
