@@ -14,6 +14,7 @@ to read a leaf and back to write it.
 Integers and flags travel in a float vector where that float represents each of their values
 exactly (int32 in float64; int8, int16 and bool in float32 too): each packed vector costs a
 kernel and, as its new value is gathered from the old one's elements, a copy every iteration.
+A vector holds at most 8 leaves, as many as XLA:CPU assembles in one kernel.
 
 Only strongly typed scalars are packed: a weakly typed one would come back strongly typed.
 """
@@ -73,10 +74,16 @@ def _represents(vector: np.dtype, leaf: np.dtype) -> bool:
     return bits <= jnp.finfo(vector).nmant + 1
 
 
+# XLA:CPU fuses a concatenation of at most 8 operands: a longer vector is assembled from a
+# kernel per element.
+_MOST_PER_VECTOR = 8
+
+
 def _packing(init: T) -> _Packing | None:
-    """The packing of `init`'s strongly typed scalar leaves: one vector per dtype, with the
-    integers and flags that a float vector represents exactly moved into the widest such;
-    None where no vector would hold two leaves (nothing to gain)."""
+    """The packing of `init`'s strongly typed scalar leaves: by dtype, with the integers
+    and flags that a float represents exactly moved to the widest such float's leaves, in
+    vectors of at most `_MOST_PER_VECTOR` leaves; None where no vector would hold two
+    leaves (nothing to gain)."""
     leaves, treedef = jtu.tree_flatten(init)
     by_dtype: dict[np.dtype, list[tuple[int, np.dtype]]] = {}
     for i, x in enumerate(leaves):
@@ -90,7 +97,9 @@ def _packing(init: T) -> _Packing | None:
         into = next((f for f in widest_first if _represents(f, dtype)), None)
         if into is not None:
             by_dtype[into] += by_dtype.pop(dtype)
-    groups = tuple((d, tuple(members)) for d, members in by_dtype.items() if len(members) > 1)
+    n = _MOST_PER_VECTOR
+    chunks = [(d, tuple(m[i : i + n])) for d, m in by_dtype.items() for i in range(0, len(m), n)]
+    groups = tuple((d, members) for d, members in chunks if len(members) > 1)
     return _Packing(treedef, len(leaves), groups) if groups else None
 
 

@@ -116,3 +116,29 @@ def test_integers_travel_in_a_float_vector_only_where_it_holds_them_exactly():
             assert ours[key].dtype == theirs[key].dtype
             assert ours[key] == theirs[key], (float_dtype, key)
         assert int(ours["n"]) == 2**31 - 1 and int(ours["k"]) == -94
+
+
+def _scalars(n: int) -> dict:
+    return dict(s=[jnp.float64(0.1 * i) for i in range(n)], y=jnp.zeros(3))
+
+
+def _update_scalars(c):
+    s, y = c["s"], c["y"]
+    y = y + s[1] * jnp.sin(y + s[0])
+    e = jnp.sum(jnp.abs(y - c["y"]))
+    rest = [x + (i % 3) * e for i, x in enumerate(s[2:])]
+    return dict(s=[s[0] + s[1], s[1] * jnp.exp(-e), *rest], y=y)
+
+
+def test_many_scalars_travel_in_vectors_xla_assembles_in_one_kernel():
+    """XLA:CPU assembles a vector of more than 8 elements with a kernel per element, so
+    16 scalars travel as two vectors of 8: the loop launches at most 2 kernels more than
+    with 8 scalars (one vector and its copy)."""
+
+    def kernels(n: int) -> int:
+        loop = lambda y: packed_while_loop(lambda c: c["s"][0] < 1.0, _update_scalars, _scalars(n))
+        text = jax.jit(loop).lower(jnp.zeros(3)).compile().as_text()
+        (found,) = _kernels.loops(text)
+        return found.per_iteration.kernels
+
+    assert kernels(16) <= kernels(8) + 2
