@@ -25,6 +25,8 @@ class Config(eqx.Module):
       `static_times`).
     - `number_times`: t0, t1 and dt0 were given as Python numbers (see
       `FirstStepInput`).
+    - `stacks_row`: the carry holds the last step's dense vectors as one array (see
+      `_step.row_vectors`).
     """
 
     solver: AbstractSolver = eqx.field(static=True)
@@ -38,6 +40,7 @@ class Config(eqx.Module):
     event: EventRecord | None = eqx.field(static=True)
     static_times: bool = eqx.field(static=True)
     number_times: bool = eqx.field(static=True, default=False)
+    stacks_row: bool = eqx.field(static=True, default=False)
 
     @property
     def table(self) -> tuple:

@@ -7,6 +7,7 @@ Each feature keeps its own part of the carry: saving (`_saving.SaveState`), even
 """
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
@@ -197,7 +198,21 @@ def empty_row(
     step of unit length at theta = t - t0 (see `_interpolation.position`), it gives
     y0 + (t - t0) k0 (a step's weights sum to theta): y0 at t0, with the derivative in
     time that a save time at t0 has."""
-    return (t0, y0, tuple(k0 for _ in config.table))
+    return (t0, y0, row_vectors(config, tuple(k0 for _ in config.table)))
+
+
+def row_vectors(config: Config, ks: Sequence[Array]) -> Any:
+    """A step's dense vectors `ks` as the carry's row holds them: one array where
+    `config.stacks_row`, else each a carry leaf of its own.
+
+    Stacked, an unbatched solve's row is one buffer, made by one kernel before the loop.
+    Each carry leaf is a buffer that XLA:CPU initialises with a kernel of its own there;
+    with Tsit5's seven vectors apart, more kernels were ready at once than XLA:CPU runs
+    on the calling thread, it handed half of them to a worker thread, and the loop ran
+    on the worker, slower (benchmarks/README.md, "Where the step loop runs"). Under
+    `vmap` the stacked row costs a copy of every sample's vectors each step, which
+    slowed a batched training step: batched rows stay apart."""
+    return jnp.stack(ks) if config.stacks_row else tuple(ks)
 
 
 def keep_going(config: Config, params: Params, state: State) -> Bool[Array, ""]:
@@ -281,7 +296,7 @@ def step(config: Config, params: Params, state: State) -> State:
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
         result=jnp.where(state.result == RESULTS.successful.value, result, state.result),
-        row=(t0, state.y, out.dense) if config.carries_row else None,
+        row=(t0, state.y, row_vectors(config, out.dense)) if config.carries_row else None,
         saving=_saving.after_step(config.saving, state.saving, accept, num_accepted),
         event=event,
         meter_last=_report_progress(config, params, state, t_new),

@@ -156,3 +156,39 @@ def test_a_batched_solve_without_output_between_steps_has_one_predicate_a_step()
     ts = ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
     saved = _kernels.count(solve(ts), y0s)
     assert saved is not None and saved["predicates_per_step"] > 1
+
+
+def _step_loop_carry(fn, *inputs) -> str:
+    """The types of the compiled step loop's carry, as the HLO text writes them."""
+    text = jax.jit(fn).lower(*inputs).compile().as_text()
+    step = _kernels.step_loop(_kernels.loops(text))
+    assert step is not None
+    (loop,) = [i for c in _kernels.parse(text).values() for i in c if i.name == step.name]
+    return loop.text.split(" while(")[0]
+
+
+def test_an_unbatched_loop_carries_a_steps_dense_vectors_as_one_buffer():
+    """XLA:CPU gives each carry buffer a kernel of its own before the loop, and hands half
+    of the kernels ready at once to a worker thread past 8, which may then run the loop.
+    So an unbatched solve's carry holds the state, its slope and the last step's start
+    apart, and the step's dense vectors as one (vectors, n) buffer, however many the
+    solver has: 7 for Tsit5, 6 for Dopri5, 10 for Dopri8."""
+    rates = jnp.array([1.5, 1.0, 3.0, 1.0])
+
+    def field(t, y, a):
+        return jnp.stack([a[0] * y[0] - a[1] * y[0] * y[1], -a[2] * y[1] + a[3] * y[0] * y[1]])
+
+    for solver, vectors in ((ode.Tsit5(), 7), (ode.Dopri5(), 6), (ode.Dopri8(), 10)):
+
+        def solve(a, solver=solver):
+            ts = ode.SaveAt(ts=jnp.linspace(0.0, 5.0, 20))
+            controller = ode.PIDController(rtol=1e-8, atol=1e-8)
+            y0 = jnp.array([1.0, 1.0])
+            term = ode.ODETerm(field)
+            return ode.diffeqsolve(
+                term, solver, 0.0, 5.0, 0.01, y0, a, saveat=ts, stepsize_controller=controller
+            ).ys
+
+        carry = _step_loop_carry(solve, rates)
+        assert carry.count("f64[2]{0}") == 3, (solver, carry)
+        assert carry.count(f"f64[{vectors},2]") == 1, (solver, carry)
