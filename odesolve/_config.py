@@ -26,7 +26,7 @@ class Config(eqx.Module):
     - `number_times`: t0, t1 and dt0 were given as Python numbers (see
       `FirstStepInput`).
     - `stacks_row`: the carry holds the last step's dense vectors as one array (see
-      `_step.row_vectors`).
+      `_step.carried_vectors`).
     """
 
     solver: AbstractSolver = eqx.field(static=True)

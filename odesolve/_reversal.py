@@ -185,7 +185,7 @@ def _previous_row(
     # A row of no length is the loop's start, which a save time at t0 reads: its dense
     # vectors are each the slope there (see `_step.empty_row`), evaluated only for it.
     start = lambda: _step.empty_row(config, t0, y, params.vf(t0, y, params.args))[2]
-    dense = lax.cond(moved, lambda: _step.row_vectors(config, dense), start)
+    dense = lax.cond(moved, lambda: _step.carried_vectors(config, dense), start)
     return (t_prev, y0, dense), _tree_where(moved, z0, z)
 
 

@@ -198,10 +198,10 @@ def empty_row(
     step of unit length at theta = t - t0 (see `_interpolation.position`), it gives
     y0 + (t - t0) k0 (a step's weights sum to theta): y0 at t0, with the derivative in
     time that a save time at t0 has."""
-    return (t0, y0, row_vectors(config, tuple(k0 for _ in config.table)))
+    return (t0, y0, carried_vectors(config, tuple(k0 for _ in config.table)))
 
 
-def row_vectors(config: Config, ks: Sequence[Array]) -> Any:
+def carried_vectors(config: Config, ks: Sequence[Array]) -> Any:
     """A step's dense vectors `ks` as the carry's row holds them: one array where
     `config.stacks_row`, else each a carry leaf of its own.
 
@@ -296,7 +296,7 @@ def step(config: Config, params: Params, state: State) -> State:
         num_steps=state.num_steps + 1,
         num_accepted=num_accepted,
         result=jnp.where(state.result == RESULTS.successful.value, result, state.result),
-        row=(t0, state.y, row_vectors(config, out.dense)) if config.carries_row else None,
+        row=(t0, state.y, carried_vectors(config, out.dense)) if config.carries_row else None,
         saving=_saving.after_step(config.saving, state.saving, accept, num_accepted),
         event=event,
         meter_last=_report_progress(config, params, state, t_new),
