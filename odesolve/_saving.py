@@ -489,6 +489,8 @@ def _dense(state: SaveState, end: Finish, rows: tuple, table: tuple) -> DenseInt
     t_end = t_end.at[0].set(jnp.where(empty, end.t_start, t_end[0]))
     y_rows = y_rows.at[0].set(jnp.where(empty, end.y0, y_rows[0]))
     stage_rows = stage_rows.at[0].set(jnp.where(empty, 0, stage_rows[0]))
-    steps = StepRows(t_start, t_end, y_rows, stage_rows, jnp.maximum(count, 1))
+    count = jnp.maximum(count, 1)
+    t_end = jnp.where(jnp.arange(t_end.shape[0], dtype=count.dtype) < count, t_end, jnp.inf)
+    steps = StepRows(t_start, t_end, y_rows, stage_rows, count)
     d = end.direction
     return DenseInterpolation(steps, table, end.spec, d, d * end.t_start, d * end.t)

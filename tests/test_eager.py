@@ -219,6 +219,25 @@ def test_the_dense_solution_evaluated_eagerly_is_one_compiled_call(monkeypatch):
     np.testing.assert_allclose(sol.evaluate(0.1, 0.5), np.exp(-0.5) - np.exp(-0.1), rtol=1e-6)
 
 
+def test_the_dense_solution_evaluated_eagerly_is_a_program_run_in_the_calling_thread():
+    # XLA:CPU runs a program estimated at fewer than 1,000 operations in the thread that
+    # calls it, and hands a larger one to a worker thread: waking it cost an eager
+    # `sol.evaluate(t)` about 50 us, half its time. Locating a time must not scan all
+    # `max_steps` rows of the interpolant on each call. Checked on the count XLA decides
+    # by, for the default `max_steps`.
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, args: -y), ode.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2),
+        saveat=ode.SaveAt(dense=True), stepsize_controller=ode.PIDController(rtol=1e-8, atol=1e-8),
+    )  # fmt: skip
+    assert sol.interpolation.rows.t_end.shape[0] > 4096
+    t = jnp.asarray(0.5)
+    for method in (lambda s, t: s.evaluate(t), lambda s, t: s.derivative(t)):
+        cost = jax.jit(method).lower(sol, t).compile().cost_analysis()
+        assert cost["flops"] < 1000, cost["flops"]
+    np.testing.assert_allclose(sol.evaluate(0.5), np.exp(-0.5) * np.ones(2), rtol=1e-7)
+    assert np.all(np.isnan(sol.evaluate(1.5)))
+
+
 @pytest.mark.matrix  # grad, vmap and jvp of both kinds of field stay in the suite
 def test_eager_and_jitted_orders_compile_once_and_agree_with_the_exact_derivative():
     # y(1) = y0 exp(-rate): d/d rate = -y0 exp(-rate).
