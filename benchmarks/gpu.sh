@@ -4,6 +4,7 @@
 #
 #   benchmarks/gpu.sh FOLDER            # from the repository root; results into FOLDER
 #   benchmarks/gpu.sh FOLDER --dry-run  # the CPU, tiny sizes: checks that it runs
+#   benchmarks/gpu.sh FOLDER --rehearse # the CPU, tiny sizes, every stage and peer
 #
 # Needs JAX with CUDA, equinox, diffrax, optax, optimistix and lineax installed; odesolve
 # runs from this source tree, nothing is downloaded. Writes FOLDER/results.json,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from odesolve.bench._device_check import relative_difference
 
@@ -40,6 +41,24 @@ def test_dry_run_writes_results_log_and_plots(tmp_path):
     assert "device cpu" in log and "check Lotka-Volterra" in log and "W10 sweep" in log
     for name in ("ratios.png", "scaling.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.matrix  # a minute or two: every stage, check and peer of the GPU run
+def test_rehearsal_runs_every_stage_of_the_gpu_run_with_every_peer(tmp_path):
+    out = tmp_path / "gpu"
+    env = dict(os.environ, PYTHON=sys.executable)
+    command = [str(ROOT / "benchmarks" / "gpu.sh"), str(out), "--rehearse"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["complete"] and results["meta"]["device"].startswith("cpu")
+    assert results["checks_ok"] and len(results["checks"]) >= 8
+    assert all(check["ok"] for check in results["checks"])
+    stages = results["stages"]
+    expected = {"info", "check", "W3", "W6", "W10", "W3p", "W2", "W8", "W9", "W1"}
+    assert set(stages) == expected and not any(stage["failed"] for stage in stages.values())
+    workloads = {row["workload"] for row in results["rows"] if row["library"] == "diffrax"}
+    assert workloads >= {"W3", "W6", "W10", "W3p", "W2", "W8", "W9", "W1"}, workloads
 
 
 def test_device_difference_is_relative_and_catches_nan():

@@ -14,7 +14,8 @@ carries XLA's temp memory, the steps and the kernels per step.
 Writes into FOLDER: results.json, log.txt (everything printed), ratios.png (each row's
 ratio to Diffrax) and scaling.png (solves per second against samples). Exits 1 when the
 GPU and the CPU disagree, 2 when the watchdog ended the run. `--dry-run`: the CPU, tiny
-sizes and few stages, a few seconds, to check that the command runs.
+sizes and few stages, a few seconds, to check that the command runs. `--rehearse`: the
+CPU, tiny sizes, every stage, check and peer of the GPU run (a minute or two).
 """
 
 import argparse
@@ -40,7 +41,7 @@ DRY_CHECKS = ("Lotka-Volterra: grad",)
 GPU_SWEEP = [2**10, 2**12, 2**14, 2**16, 2**18]
 DRY_SWEEP = [4, 8]
 SWEEPS = ("W6", "W10")
-GPU_BUDGET_S, DRY_BUDGET_S = 440.0, 120.0
+GPU_BUDGET_S, DRY_BUDGET_S, REHEARSAL_BUDGET_S = 440.0, 120.0, 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,10 @@ class Plan:
 
 GPU_PLAN = Plan(GPU_STAGES, GPU_SWEEP, "quick", 11, 5.0, 64)
 DRY_PLAN = Plan(DRY_STAGES, DRY_SWEEP, "smoke", 1, None, 2, DRY_CHECKS, DRY_PEERS)
+# The rehearsal: every stage, check and peer of the GPU run, at the dry run's sizes on the
+# CPU (a minute or two): the stages the dry run leaves out, Diffrax's entries among them,
+# run as the GPU will run them, so that they cannot break between GPU runs either.
+REHEARSAL_PLAN = Plan({name: 60 for name in GPU_STAGES}, DRY_SWEEP, "smoke", 1, None, 2)
 
 
 class _Tee:
@@ -334,13 +339,17 @@ def _arguments(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m odesolve.bench._gpu", description=__doc__)
     parser.add_argument("folder", help="where results.json, log.txt and the plots go")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, a few stages")
+    parser.add_argument(
+        "--rehearse", action="store_true", help="CPU, tiny sizes, every stage, check and peer"
+    )
     parser.add_argument("--budget-s", type=float, default=None, help="seconds for all stages")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     options = _arguments(argv)
-    if options.dry_run:
+    cpu = options.dry_run or options.rehearse
+    if cpu:
         jax.config.update("jax_platforms", "cpu")
     # As `python -m odesolve.bench`: float64 where a workload says so, before any array.
     jax.config.update("jax_enable_x64", True)
@@ -348,9 +357,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "log.txt", "w", buffering=1)
     sys.stdout, sys.stderr = _Tee(sys.__stdout__, log), _Tee(sys.__stderr__, log)
-    plan = DRY_PLAN if options.dry_run else GPU_PLAN
-    budget = options.budget_s or (DRY_BUDGET_S if options.dry_run else GPU_BUDGET_S)
-    run = Run(out, plan, budget, options.dry_run)
+    plan, budget = GPU_PLAN, GPU_BUDGET_S
+    if options.rehearse:
+        plan, budget = REHEARSAL_PLAN, REHEARSAL_BUDGET_S
+    elif options.dry_run:
+        plan, budget = DRY_PLAN, DRY_BUDGET_S
+    run = Run(out, plan, options.budget_s or budget, cpu)
     _watchdog(run, grace_s=15.0)
     from ._peers import load_peers
     from ._workloads import WORKLOADS
