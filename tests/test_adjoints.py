@@ -168,9 +168,12 @@ def _pid_loss(y0, p, adjoint, max_steps=MAX_STEPS):
 
 
 # Online slots that never thin are reversed as a tape, as "default" is: with -m matrix.
+# DirectAdjoint's gradients, and thinning online slots' (`online` with 3 checkpoints),
+# are also in the composition suite: these with -m matrix too.
 _ADAPTIVE_CASES = [
-    # DirectAdjoint's gradients are also in the composition suite.
-    pytest.param(name, marks=pytest.mark.matrix) if name in ("online-200", "direct") else name
+    pytest.param(name, marks=pytest.mark.matrix)
+    if name in ("online-200", "online-4", "direct")
+    else name
     for name in ADAPTIVE_ADJOINTS
 ]
 

@@ -17,15 +17,20 @@ from odesolve.bench._device_check import relative_difference
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _run_gpu_command(out: Path, mode: str, timeout_s: int) -> dict:
+    """`benchmarks/gpu.sh out mode` with this Python; its results.json, once it exits 0."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    command = [str(ROOT / "benchmarks" / "gpu.sh"), str(out), mode]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
 def test_dry_run_writes_results_log_and_plots(tmp_path):
     out = tmp_path / "gpu"
-    env = dict(os.environ, PYTHON=sys.executable)
-    command = [str(ROOT / "benchmarks" / "gpu.sh"), str(out), "--dry-run"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    results = _run_gpu_command(out, "--dry-run", 300)
     files = sorted(path.name for path in out.iterdir())
     assert files == ["log.txt", "ratios.png", "results.json", "scaling.png"]
-    results = json.loads((out / "results.json").read_text())
     meta = results["meta"]
     assert meta["complete"] and meta["dry_run"] and meta["device"].startswith("cpu")
     assert {"jax", "jaxlib", "platform_version"} <= set(meta)
@@ -45,12 +50,7 @@ def test_dry_run_writes_results_log_and_plots(tmp_path):
 
 @pytest.mark.matrix  # a minute or two: every stage, check and peer of the GPU run
 def test_rehearsal_runs_every_stage_of_the_gpu_run_with_every_peer(tmp_path):
-    out = tmp_path / "gpu"
-    env = dict(os.environ, PYTHON=sys.executable)
-    command = [str(ROOT / "benchmarks" / "gpu.sh"), str(out), "--rehearse"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
+    results = _run_gpu_command(tmp_path / "gpu", "--rehearse", 900)
     assert results["meta"]["complete"] and results["meta"]["device"].startswith("cpu")
     assert results["checks_ok"] and len(results["checks"]) >= 8
     assert all(check["ok"] for check in results["checks"])

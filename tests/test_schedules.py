@@ -485,7 +485,7 @@ def test_segments_fit_takes_the_longest_segments_that_fit(n, budget):
     if segments.starts is not None:  # thinned: a fixed number of states, the tape longer
         assert segments.slots * length < n
         assert (length + 1) * row + (segments.starts + 1) * state <= budget
-        assert length >= max((l for l in range(2, min(n, 2_000)) if fits(l)), default=0)
+        assert length >= max((k for k in range(2, min(n, 2_000)) if fits(k)), default=0)
         return
     assert fits(length)
     assert segments.slots * length >= n  # the segments cover the bound
@@ -575,6 +575,7 @@ def _diffusion_gradient(field, y0, args, batch: int | None = None, max_steps: in
     jax.jit(jax.grad(loss)).lower(args, y0)  # traced, not compiled
 
 
+@pytest.mark.matrix  # 8 s of compiles: the rule's thresholds, checked before a release
 def test_a_cheap_step_on_a_large_state_keeps_bare_states_unless_its_segments_stay_long(monkeypatch):
     # A reaction-diffusion field on 200 points: 10 KB rows (its stages' inputs; an
     # emit's row holds less) for 3.6 operations a byte. Recomputing a step from its state
