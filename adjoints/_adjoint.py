@@ -449,6 +449,13 @@ def _offline(loop: Loop) -> bool:
     return loop.num_steps is not None and loop.max_emits == 0
 
 
+_EXAMPLES = {
+    "solver": "Tsit5()",
+    "stepsize_controller": "PIDController(rtol=1e-6, atol=1e-6)",
+    "adjoint": "ForwardMode()",
+}
+
+
 class BacksolveAdjoint(AbstractAdjoint):
     """Continuous adjoint: solve the adjoint ODE backwards in time (Chen et al. 2018).
 
@@ -480,6 +487,15 @@ class BacksolveAdjoint(AbstractAdjoint):
                 f"BacksolveAdjoint(seminorm={self.seminorm!r}): pass True (the default: "
                 "the error of the state and its adjoint only) or False."
             )
+        # The backward solve's solver and controller are objects of the solving library
+        # (this package knows none): a name or a number here is a mistake to say now.
+        for name in ("solver", "stepsize_controller", "adjoint"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, eqx.Module):
+                raise TypeError(
+                    f"BacksolveAdjoint({name}={value!r}): pass an instance (e.g. "
+                    f"{_EXAMPLES[name]}) for the backward solve, or None for the forward's."
+                )
 
     def needs_problem(self) -> bool:
         return True

@@ -81,6 +81,16 @@ def check_real_times(given: str, ts: Any) -> None:
         raise TypeError(f"{given}: pass real times, got dtype {_dtype_of(ts)}.")
 
 
+def check_finite_time(given: str, value: Any) -> None:
+    """A time known when given is finite: a step to or from NaN or inf is NaN, and
+    reported as nothing else. `given` names the argument, e.g. "solver.step(t1"."""
+    known = trace_time_value(value)
+    if known is None or np.ndim(known) != 0 or not is_real(known):
+        return
+    if not math.isfinite(float(known)):
+        raise ValueError(f"{given}={float(known)}): pass a finite time.")
+
+
 def check_tolerance(owner: str, name: str, value: Any) -> None:
     """A tolerance known when given is finite and >= 0: a negative or NaN one is never
     met, and the solve would fail without naming it."""

@@ -83,8 +83,18 @@ def _trace(fn: Callable, example_args: tuple) -> TracedFunction:
         return jtu.tree_unflatten(fn_def, leaves)(*eqx.combine(dynamic_args, static))
 
     own = [fn_leaves[i] for i in own_at]
-    closed, out_struct = jax.make_jaxpr(with_explicit_leaves, return_shape=True)(own, dynamic)
     name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        closed, out_struct = jax.make_jaxpr(with_explicit_leaves, return_shape=True)(own, dynamic)
+    except jax.errors.ConcretizationTypeError as error:
+        # JAX's message names this module's wrapper, not the user's function.
+        raise TypeError(
+            "it reads the value of an array it is given (an `if` or `while` on it, "
+            "or bool(), float(), int() of it): inside a solve its arguments are traced, "
+            "without values. Branch with jnp.where(condition, a, b) or jax.lax.cond, and "
+            "keep numbers that decide the program's shape out of y and args (close over "
+            f"them). JAX's message: {str(error).splitlines()[0]}"
+        ) from error
     return TracedFunction(
         _without_consts(closed.jaxpr),
         own,

@@ -244,6 +244,13 @@ def any_fired(state: EventState) -> Bool[Array, ""]:
     return jnp.any(jnp.stack(state.mask))
 
 
+def any_nan(state: EventState) -> Bool[Array, ""]:
+    """Whether a real condition's value is NaN: its sign is then no sign, and a change of
+    it would fire the event where nothing crossed zero."""
+    nans = [jnp.isnan(v) for v in state.values if v.dtype != jnp.bool_]
+    return jnp.any(jnp.stack(nans)) if nans else jnp.asarray(False)
+
+
 class LastStep(eqx.Module):
     """The step an event stopped the solve on: its interpolant `row` = (t0, y0, dense
     vectors) with coefficients `table`, ending at (`t`, `y`)."""

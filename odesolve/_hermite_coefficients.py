@@ -117,9 +117,7 @@ def _coefficients(
         slope0 = (y_next[0] - y0) / in_state_dtype(t_next[0] - t0, ys)
     else:
         slope0 = _first_row(deriv0, ys)
-    t_from, y_from, slope_from = _piece_starts(
-        ts, ys, (t0, y0, slope0), (t_next, y_next)
-    )
+    t_from, y_from, slope_from = _piece_starts(ts, ys, (t0, y0, slope0), (t_next, y_next))
     # Re-expand each piece about its own knot ts[i], where `CubicInterpolation` reads it.
     knot = jnp.broadcast_to(ts[:-1].reshape((-1,) + (1,) * (ys.ndim - 1)), y_next.shape)
     piece = _hermite(t_from, y_from, slope_from, t_next, y_next)
@@ -150,19 +148,35 @@ def backward_hermite_coefficients(
 
     Returns (d, c, b, a), each a PyTree like `ys` with leading axis T - 1.
     """
-    ts = checked_knots(ts)
+    ts = checked_knots(ts, "backward_hermite_coefficients")
     check_rows(ts, ys)
     leaves, treedef = jtu.tree_flatten(ys)
     if not leaves:
         return ys, ys, ys, ys
     deriv0s = _per_leaf(deriv0, treedef, len(leaves))
     starts = _per_leaf(replace_nans_at_start, treedef, len(leaves))
+    for name, given in (("deriv0", deriv0s), ("replace_nans_at_start", starts)):
+        for y, row in zip(leaves, given):
+            if row is not None and not _broadcasts(jnp.shape(row), jnp.shape(y)[1:]):
+                raise ValueError(
+                    f"backward_hermite_coefficients({name}=...) has shape {jnp.shape(row)} "
+                    f"where one row of ys has {jnp.shape(y)[1:]}: pass a value of that "
+                    "shape (or one that broadcasts to it)."
+                )
     out = [
         _coefficients(fill_forward_nans_at_end, ts, as_inexact(y), d0, r)
         for y, d0, r in zip(leaves, deriv0s, starts, strict=True)
     ]
     d, c, b, a = (jtu.tree_unflatten(treedef, [leaf[k] for leaf in out]) for k in range(4))
     return d, c, b, a
+
+
+def _broadcasts(shape: tuple, to: tuple) -> bool:
+    """Whether an array of `shape` broadcasts to `to`."""
+    try:
+        return jnp.broadcast_shapes(shape, to) == to
+    except ValueError:
+        return False
 
 
 def _per_leaf(tree: PyTree | None, treedef: Any, n: int) -> list:

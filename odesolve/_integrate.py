@@ -100,6 +100,8 @@ def diffeqsolve(
         progress_meter=progress_meter,
     )
     check_flag("throw", throw)
+    if isinstance(max_steps, np.integer):  # a NumPy count sizes buffers as an int does
+        max_steps = int(max_steps)
     if any(eqx.is_array_like(x) and jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0)):
         warnings.warn(COMPLEX_STATE, ComplexStateWarning, stacklevel=2)
     call = dict(

@@ -10,23 +10,38 @@ import equinox as eqx
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax.typing import ArrayLike
 from jaxtyping import Array, Real
+
+from adjoints import trace_time_value
 
 from ._flat import PyTree, in_state_dtype
 from ._global_interpolation import as_inexact
 
 
-def checked_knots(ts: ArrayLike) -> Real[Array, " times"]:
-    """`ts` as an array of at least two strictly increasing times (checked at run time
-    under `jit`, where the values are not known when tracing)."""
+def checked_knots(ts: ArrayLike, name: str) -> Real[Array, " times"]:
+    """`ts` given to the function `name` as an array of at least two strictly increasing
+    times: checked now where known, else at run time (under `jit`)."""
     ts = jnp.asarray(ts)
     if ts.ndim != 1:
-        raise ValueError(f"ts has shape {ts.shape}: pass a 1-D array of times.")
+        raise ValueError(f"{name}(ts=...) has shape {ts.shape}: pass a 1-D array of times.")
     if ts.shape[0] < 2:
-        raise ValueError(f"ts has {ts.shape[0]} time(s): pass at least two.")
-    # `>=` is also True for a NaN time, which is caught here too.
-    return eqx.error_if(ts, ~(ts[1:] > ts[:-1]), "ts must be strictly increasing.")
+        raise ValueError(f"{name}(ts=...) has {ts.shape[0]} time(s): pass at least two.")
+    fix = "times must be finite and strictly increasing."
+    known = trace_time_value(ts)
+    if known is not None:
+        known = np.asarray(known, dtype=float)
+        wrong = np.flatnonzero(~(known[1:] > known[:-1]))  # also NaN
+        if wrong.size:
+            i = int(wrong[0])
+            raise ValueError(
+                f"{name}(ts=...) has ts[{i}]={known[i]:.7g} then ts[{i + 1}]="
+                f"{known[i + 1]:.7g}: {fix}"
+            )
+        return ts
+    # `>` is False for a NaN time, which is caught here too.
+    return eqx.error_if(ts, ~(ts[1:] > ts[:-1]), f"{name}(ts=...): {fix}")
 
 
 def check_rows(ts: Array, ys: PyTree, name: str = "ys") -> None:
@@ -54,9 +69,7 @@ def next_observed(ys: Array) -> Array:
 
 
 def _row_index(ys: Array) -> Array:
-    return jnp.broadcast_to(
-        jnp.arange(ys.shape[0]).reshape((-1,) + (1,) * (ys.ndim - 1)), ys.shape
-    )
+    return jnp.broadcast_to(jnp.arange(ys.shape[0]).reshape((-1,) + (1,) * (ys.ndim - 1)), ys.shape)
 
 
 def gather_rows(ys: Array, index: Array) -> Array:
@@ -128,7 +141,7 @@ def linear_interpolation(
 
     Returns a PyTree like `ys`.
     """
-    ts = checked_knots(ts)
+    ts = checked_knots(ts, "linear_interpolation")
     check_rows(ts, ys)
     fill = lambda y, start=None: _interpolate_channel(
         fill_forward_nans_at_end, ts, as_inexact(y), start
@@ -149,7 +162,7 @@ def rectilinear_interpolation(
 
     Returns (new_ts, new_ys), of length 2T - 1 along the time axis.
     """
-    ts = checked_knots(ts)
+    ts = checked_knots(ts, "rectilinear_interpolation")
     check_rows(ts, ys)
     new_ts = jnp.repeat(ts, 2)[1:]
     hold = lambda y, start=None: jnp.repeat(fill_forward(as_inexact(y), start), 2, axis=0)[:-1]

@@ -8,6 +8,7 @@ per step. Under `vmap` the slowest sample's progress is shown.
 
 import abc
 import itertools
+import numbers
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -119,6 +120,15 @@ class TextProgressMeter(AbstractProgressMeter):
     2%)."""
 
     minimum_increase: float = 0.02
+
+    def __check_init__(self):
+        value = self.minimum_increase
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (number and 0 < value <= 1):  # also catches nan
+            raise ValueError(
+                f"TextProgressMeter(minimum_increase={value!r}): pass the fraction of the "
+                "solve between two reports, a number in (0, 1], e.g. 0.02."
+            )
 
     def due(
         self, progress: Float[Array, ""], last: Float[Array, ""], num_steps: Int[Array, ""]

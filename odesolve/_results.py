@@ -56,6 +56,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
       step.
     - `too_many_rejected_steps`: more steps were rejected in a row than
       `ClipStepSizeController(store_rejected_steps=n)` remembers.
+    - `nonfinite_event_condition`: an `Event`'s real condition returned NaN.
 
     `RESULTS["max_steps_reached"]` is the member, and `RESULTS[code]` for a code such as
     `sol.result` is its message (as in Diffrax), also `RESULTS.x.message`. Test a code,
@@ -75,6 +76,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     invalid_step_times = 10
     nonlinear_divergence = 11
     too_many_rejected_steps = 12
+    nonfinite_event_condition = 13
 
     @property
     def message(self) -> str:
@@ -145,6 +147,11 @@ _MESSAGES = {
     RESULTS.too_many_rejected_steps: (
         "More steps were rejected in a row than ClipStepSizeController(store_rejected_steps"
         "=n) remembers. Pass a larger n, or None: an ODE needs none."
+    ),
+    RESULTS.nonfinite_event_condition: (
+        "An Event's condition function returned NaN (at t0, or at the end of the last step "
+        "in sol.ts): a real condition must be finite for its sign change to locate the "
+        "event. Check the condition and the state it reads."
     ),
 }
 

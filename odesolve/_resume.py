@@ -67,8 +67,11 @@ def resumed(init: State, resume: Resume | None, adaptive: bool, differentiable: 
     keep = (lambda x: x) if differentiable else _frozen
     solver_state, controller_state = init.solver_state, init.controller_state
     if resume.solver_state is not None:
-        passed = keep(_as_fresh("solver_state", resume.solver_state, solver_state))
+        given, first = _unflagged(resume.solver_state, solver_state)
+        passed = keep(_as_fresh("solver_state", given, solver_state))
         jumped = _jumped(resume.made_jump)
+        if first is not None:  # a state solver.init made: its first step starts afresh
+            jumped = first if jumped is None else jumped | first
         # After a jump at t0 the saved state holds the field's left limit there: start
         # the solver afresh, as the first step after a jump time does.
         solver_state = passed if jumped is None else _where(jumped, solver_state, passed)
@@ -84,6 +87,18 @@ def resumed(init: State, resume: Resume | None, adaptive: bool, differentiable: 
         (solver_state, controller_state, made_jump),
         is_leaf=lambda x: x is None,
     )
+
+
+def _unflagged(passed: PyTree, fresh: PyTree) -> tuple[PyTree, Bool[Array, ""] | None]:
+    """A Runge-Kutta method's `solver.init` (Diffrax's low-level API) returns (first step,
+    state): the state, and whether it is before a first step (None: `passed` is the
+    state, as `sol.solver_state` is)."""
+    if not (isinstance(passed, tuple) and len(passed) == 2 and is_boolean_scalar(passed[0])):
+        return passed, None
+    matches = lambda tree: jtu.tree_structure(tree) == jtu.tree_structure(fresh)  # type: ignore[operator]
+    if matches(passed) or not matches(passed[1]):
+        return passed, None
+    return passed[1], jnp.asarray(passed[0], dtype=bool)
 
 
 def _jumped(made_jump: Any) -> Bool[Array, ""] | None:

@@ -135,7 +135,7 @@ class SaveAt(eqx.Module):
                     "those in the SubSaveAt(...)s."
                 )
             leaves = jtu.tree_leaves(subs, is_leaf=_is_sub)
-            if not leaves or not all(isinstance(s, SubSaveAt) for s in leaves):
+            if not all(isinstance(s, SubSaveAt) for s in leaves):
                 raise ValueError(f"SaveAt(subs={subs!r}): pass a SubSaveAt or a PyTree of them.")
         elif own:
             _check_ts(ts, "SaveAt")

@@ -170,8 +170,7 @@ def initial_state(
     if config.event is not None:
         assert params.conditions is not None  # made with the event
         event = _event.initial_state(params.conditions, t0, y0, args)
-        at_start = _event.any_fired(event) & (result == RESULTS.successful.value)
-        result = jnp.where(at_start, RESULTS.event_occurred, result)
+        result = _event_result(event, result)
     zero = jnp.zeros((), jnp.int32)
     return State(
         t=t0,
@@ -283,8 +282,7 @@ def step(config: Config, params: Params, state: State) -> State:
         event = _event.after_step(
             config.event, params.conditions, event, accept, t_new, y_new, params.args
         )
-        stop = _event.any_fired(event) & (result == RESULTS.successful.value)
-        result = jnp.where(stop, RESULTS.event_occurred, result)
+        result = _event_result(event, result)
     keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b), new, old)
     return State(
         t=t_new,
@@ -302,6 +300,15 @@ def step(config: Config, params: Params, state: State) -> State:
         meter_last=_report_progress(config, params, state, t_new),
         verdict=None,
     )
+
+
+def _event_result(event: _event.EventState, result: Int[Array, ""]) -> Int[Array, ""]:
+    """`result` after the event's conditions were evaluated (at t0, or at the end of an
+    accepted step): a NaN condition is a failure, a fired one stops the solve."""
+    okay = result == RESULTS.successful.value
+    result = jnp.where(okay & _event.any_nan(event), RESULTS.nonfinite_event_condition, result)
+    okay = result == RESULTS.successful.value
+    return jnp.where(okay & _event.any_fired(event), RESULTS.event_occurred, result)
 
 
 def _made_jump(accept: Array, jumped: Array | None, before: Array | None) -> Array | None:

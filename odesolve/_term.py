@@ -242,6 +242,11 @@ def _split_term(terms: Any) -> "ODETerm":
 _INCOMPATIBLE = "Terms are not compatible with solver! "
 
 
+def _differentiable(term: Any) -> bool:
+    """Whether a control term's path says how it changes: `derivative(t)`."""
+    return callable(getattr(getattr(term, "control", None), "derivative", None))
+
+
 def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
     """The `ODETerm` the step loop integrates. A solver of two terms
     (`term_structure` a pair, `SemiImplicitEuler`) takes `(ODETerm(f_1), ODETerm(f_2))`
@@ -252,6 +257,11 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
     if get_origin(term_structure) is MultiTerm:
         return _split_term(terms)
     if not isinstance(term_structure, tuple):
+        if callable(getattr(terms, "to_ode", None)) and _differentiable(terms):
+            # A ControlTerm driven by a differentiable path is the ODE dy/dt = f · dx/dt,
+            # as Diffrax solves it with an ODE solver (which takes the path's increment
+            # over each step: to first order the same; `to_ode` keeps the solver's order).
+            terms = terms.to_ode()
         one = _as_ode_term(terms)
         if one is not None:
             return one
@@ -259,8 +269,10 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
         if isinstance(terms, (tuple, list)):
             pair = " A pair of terms is for a partitioned solver, SemiImplicitEuler()."
         if callable(getattr(terms, "to_ode", None)):
-            # A ControlTerm: a smooth control is an ODE.
-            pair = " A control term driven by a differentiable path is one: terms.to_ode()."
+            pair = (
+                " A control term is solved as the ODE it is when its path has a "
+                "derivative(t) method (e.g. LinearInterpolation, CubicInterpolation)."
+            )
         raise TermAndSolverIncompatible(
             f"{_INCOMPATIBLE}terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning "
             f"dy/dt (or a MultiTerm of ODETerms, whose rates add).{pair}"

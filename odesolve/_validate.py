@@ -89,7 +89,8 @@ def _check_times(t0, t1, dt0, controller, event, max_steps):
             )
         )
     if cdt is not None and c0 is not None and c1 is not None:
-        if cdt == 0 or (c1 - c0) * cdt < 0:
+        # (An empty interval is solved by any dt0, as in Diffrax: it takes no step.)
+        if (cdt == 0 and c1 != c0) or (c1 - c0) * cdt < 0:
             fix = abs(cdt) if c1 > c0 else -abs(cdt)
             raise ValueError(
                 f"dt0={cdt} points the wrong way for integrating from t0={c0} to t1={c1}: "
@@ -110,8 +111,13 @@ def _check_times(t0, t1, dt0, controller, event, max_steps):
                     f"StepTo(ts) must start at t0={c0} and end at t1={c1}; got "
                     f"ts[0]={ts[0]}, ts[-1]={ts[-1]}."
                 )
-            if np.any(np.diff(ts) * np.sign(c1 - c0) <= 0):
-                raise InvalidStepTimes("StepTo(ts): ts must be strictly monotonic from t0 to t1.")
+            wrong = np.flatnonzero(~(np.diff(ts) * np.sign(c1 - c0) > 0))  # also NaN
+            if wrong.size:
+                i = int(wrong[0])
+                raise InvalidStepTimes(
+                    "StepTo(ts): ts must be strictly monotonic from t0 to t1; got "
+                    f"ts[{i}]={ts[i]:.7g} then ts[{i + 1}]={ts[i + 1]:.7g}."
+                )
     return c0, c1
 
 
@@ -205,6 +211,12 @@ def _traced_vector_field(terms, t0, y0, args):
             f"the vector field returned a complex value ({complex_leaves[0]}) for a real "
             "state: its imaginary part would be dropped. Return real arrays, or solve for "
             "the real and imaginary parts as two real states."
+        )
+    if any(x.dtype == jnp.bool_ for x in jtu.tree_leaves(out)):
+        raise TypeError(
+            "the vector field returned a boolean array: dy/dt is a number per component "
+            "(a comparison such as y > 0 is a bool: turn it into rates, e.g. "
+            "jnp.where(y > 0, rate, 0.0))."
         )
     # (jaxlib's stub for PyTreeDef declares no __eq__.)
     same_def = got_def == want_def  # type: ignore[operator]

@@ -1,6 +1,8 @@
 """Inputs Diffrax accepts and solves: each gives Diffrax's answer here too, against Diffrax
 itself or a closed form (each was once refused, or solved differently)."""
 
+import warnings
+
 import diffrax
 import equinox as eqx
 import jax
@@ -229,3 +231,42 @@ def test_args_holding_functions_save_every_step_or_a_function_of_the_state(outpu
     np.testing.assert_allclose(value, ref_value, rtol=1e-10)
     for ours, theirs in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_an_empty_interval_takes_any_dt0(adaptive):
+    # No step is taken, so dt0 = 0 points nowhere wrong (Diffrax returns y0).
+    pid = dict(stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6)) if adaptive else {}
+    sol = decay(ode, t0=0.5, t1=0.5, dt0=0.0, **pid)
+    np.testing.assert_array_equal(sol.ys, Y0[None])
+
+
+def test_a_saveat_of_no_subs_saves_nothing():
+    ours, theirs = (decay(lib, saveat=lib.SaveAt(subs=[])) for lib in (ode, diffrax))
+    assert ours.ys == theirs.ys == [] and ours.ts == theirs.ts == []
+
+
+def test_the_state_solver_init_returns_starts_a_solve():
+    # Diffrax's low-level API's state, (first step, f(t0, y0)), given to diffeqsolve.
+    term = ode.ODETerm(lambda t, y, args: -y)
+    state = ode.Tsit5().init(term, 0.0, 0.1, Y0, None)
+    np.testing.assert_array_equal(decay(ode, solver_state=state).ys, decay(ode).ys)
+
+
+def test_a_control_term_with_an_ode_solver_is_solved_as_diffrax_solves_it():
+    def solve(lib, **kwargs):
+        path = lib.LinearInterpolation(ts=jnp.linspace(0.0, 1.0, 5), ys=jnp.linspace(0.0, 2.0, 5))
+        return decay(lib, terms=lib.ControlTerm(lambda t, y, args: -y, path), **kwargs).ys
+
+    pid = lambda lib: dict(
+        solver=lib.Dopri5(), stepsize_controller=lib.PIDController(rtol=1e-6, atol=1e-6)
+    )
+    np.testing.assert_allclose(solve(ode), solve(diffrax), rtol=1e-6)
+    np.testing.assert_allclose(solve(ode, **pid(ode)), solve(diffrax, **pid(diffrax)), rtol=1e-5)
+
+
+def test_a_numpy_integer_max_steps_is_an_int():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sol = decay(ode, max_steps=np.int64(100), saveat=ode.SaveAt(steps=True))
+    assert sol.ys.shape == (100, 2)

@@ -427,6 +427,70 @@ CASES = {
         TypeError,
         r"PIDController\(error_order='x'\): pass a number",
     ),
+    "PIDController error_order zero (the exponents divide by it)": (
+        lambda: ode.PIDController(rtol=1e-6, atol=1e-6, error_order=0),
+        ValueError,
+        r"PIDController\(error_order=0\): pass a positive number",
+    ),
+    "PIDController force_dtmin a string (always truthy)": (
+        lambda: ode.PIDController(rtol=1e-6, atol=1e-6, force_dtmin="False"),
+        TypeError,
+        r"PIDController\(force_dtmin='False'\): pass True or False",
+    ),
+    "PIDController rtol a list": (
+        lambda: ode.PIDController(rtol=[1e-6, 1e-6], atol=1e-6),
+        TypeError,
+        r"PIDController\(rtol=\[1e-06, 1e-06\]\): pass a number, or an array",
+    ),
+    "TextProgressMeter minimum_increase negative": (
+        lambda: ode.TextProgressMeter(minimum_increase=-1.0),
+        ValueError,
+        r"TextProgressMeter\(minimum_increase=-1.0\): .* in \(0, 1\]",
+    ),
+    "BacksolveAdjoint solver a name": (
+        lambda: ode.BacksolveAdjoint(solver="tsit5"),
+        TypeError,
+        r"BacksolveAdjoint\(solver='tsit5'\): pass an instance \(e.g. Tsit5\(\)\)",
+    ),
+    "solver.step to a NaN time": (
+        lambda: ode.Tsit5().step(
+            TERM, 0.0, jnp.nan, Y0, None, ode.Tsit5().init(TERM, 0.0, 0.1, Y0, None), False
+        ),
+        ValueError,
+        r"solver.step\(t1=nan\): pass a finite time",
+    ),
+    "StepTo times out of order, shown": (
+        lambda: solve(dt0=None, stepsize_controller=ode.StepTo(ts=jnp.array([0.0, 0.7, 0.3, 1.0]))),
+        ode.InvalidStepTimes,
+        r"got ts\[1\]=0.7 then ts\[2\]=0.3",
+    ),
+    "backward_hermite_coefficients times out of order, shown": (
+        lambda: ode.backward_hermite_coefficients(jnp.array([0.0, 0.6, 0.3, 1.0]), jnp.zeros(4)),
+        ValueError,
+        r"backward_hermite_coefficients\(ts=...\) has ts\[1\]=0.6 then ts\[2\]=0.3",
+    ),
+    "backward_hermite_coefficients deriv0 of another shape": (
+        lambda: ode.backward_hermite_coefficients(
+            jnp.linspace(0, 1, 4), jnp.zeros((4, 2)), deriv0=jnp.zeros(3)
+        ),
+        ValueError,
+        r"deriv0=...\) has shape \(3,\) where one row of ys has \(2,\)",
+    ),
+    "a field branching on its state with a Python if": (
+        lambda: solve(terms=ode.ODETerm(lambda t, y, args: -y if y[0] > 0 else y)),
+        TypeError,
+        r"reads the value of an array it is given .* jnp.where",
+    ),
+    "a field returning a comparison": (
+        lambda: solve(terms=ode.ODETerm(lambda t, y, args: y > 0)),
+        TypeError,
+        r"returned a boolean array",
+    ),
+    "an event condition that is NaN": (
+        lambda: solve(t1=5.0, event=ode.Event(lambda t, y, args, **kw: jnp.nan * y[0])),
+        ode.SolveError,
+        r"nonfinite_event_condition",
+    ),
     "ControlTerm without a control": (
         lambda: ode.ControlTerm(lambda t, y, args: y, None),
         TypeError,

@@ -21,6 +21,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
+from .._checks import check_flag
 from .._flat import FlatSpec, RealScalarLike, in_state_dtype
 from .._norm import rms_norm
 from .._results import RESULTS
@@ -146,6 +147,12 @@ class PIDController(AbstractAdaptiveStepSizeController):
                     f"PIDController({name}=None): pass a tolerance, e.g. {name}=1e-6 (an "
                     "adaptive step needs both rtol and atol)."
                 )
+            if isinstance(fields[name], (list, tuple, dict)):
+                raise TypeError(
+                    f"PIDController({name}={fields[name]!r}): pass a number, or an array "
+                    f"for tolerances per component (e.g. {name}=jnp.array([...]), broadcast "
+                    "against each leaf of the state)."
+                )
             if _known(fields[name]) == math.inf:
                 raise ValueError(
                     f"PIDController({name}=inf) turns off error control: pass a finite "
@@ -175,6 +182,14 @@ class PIDController(AbstractAdaptiveStepSizeController):
                 f"PIDController(error_order={order!r}): pass a number (the order q of the "
                 "error estimate), or None for the solver's."
             )
+        known_order = None if order is None else _known(order)
+        if known_order is not None and not (0 < known_order < math.inf):  # also catches nan
+            raise ValueError(
+                f"PIDController(error_order={order!r}): pass a positive number (the order q "
+                "of the error estimate: the step's exponents divide by it), or None for the "
+                "solver's."
+            )
+        check_flag("force_dtmin", self.force_dtmin, "PIDController")
         if self.norm is not None and not callable(self.norm):
             raise TypeError(
                 f"PIDController(norm={self.norm!r}): pass a function from the PyTree of "

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float
 
-from .._checks import check_array_leaves, is_boolean_scalar
+from .._checks import check_array_leaves, check_finite_time, is_boolean_scalar
 from .._field import FlatField
 from .._flat import FlatSpec, PyTree, RealScalarLike, flat_spec, state_dtype
 from .._results import RESULTS
@@ -270,6 +270,8 @@ class AbstractSolver(eqx.Module, metaclass=_LooksThroughWrappers):
         """One step from t0 to t1: (y1, y_error, dense_info, solver_state, result), as
         Diffrax's `solver.step`. y_error is None for a method without an estimate."""
         check_array_leaves(y0, "y0", "solver.step: ")
+        check_finite_time("solver.step(t0", t0)
+        check_finite_time("solver.step(t1", t1)
         made_jump = _jump_flag(made_jump)
         self.prepare(y0)
         spec, field = _flat_problem(self.term_structure, terms, y0, args)
