@@ -26,7 +26,9 @@ class ControlTerm(AbstractTerm[_VF, _Control]):
 
     `diffeqsolve` integrates ODEs; a differentiable control is an ODE through
     `to_ode()`, dy/dt = vector_field(t, y, args) · dx/dt (a neural CDE driven by an
-    interpolation of its data, `CubicInterpolation`, is solved this way).
+    interpolation of its data, `CubicInterpolation`, is solved this way). A control
+    term given to `diffeqsolve` as it is, as Diffrax takes it with an ODE solver, is
+    solved as its `to_ode()`.
     """
 
     vector_field: Callable[..., PyTree]
