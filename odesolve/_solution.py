@@ -88,11 +88,23 @@ class DenseInterpolation(eqx.Module):
     ) -> Any:
         """y(t0), or y(t1) - y(t0) if t1 is given. `t0` may be a scalar or a 1-D array.
         Outside the interval solved over: NaN, as in Diffrax (no extrapolation)."""
+        self.check_unbatched("evaluate")
         return _evaluate(self, _time_input(t0), _time_input(t1))
 
     def derivative(self, t: RealScalarLike | Real[Array, " m"], left: bool = True) -> Any:
         """dy/dt of the interpolant (an approximation to the vector field)."""
+        self.check_unbatched("derivative")
         return _derivative(self, _time_input(t))
+
+    def check_unbatched(self, method: str) -> None:
+        """A solution returned by a `vmap` holds one interpolant per sample."""
+        shape = jnp.shape(self.rows.t_start)
+        if len(shape) != 1:
+            raise ValueError(
+                f"sol.{method}: this solution holds {shape[:-1]} solutions (a solve "
+                f"under jax.vmap): call sol.{method} under a vmap too, e.g. "
+                f"jax.vmap(lambda sol: sol.{method}(t))(sol)."
+            )
 
     def value(self, t: Real[Array, " m"]) -> Any:
         t, tau = self._tau(t)
@@ -174,6 +186,7 @@ class Solution(eqx.Module):
                 "sol.evaluate needs the dense solution: pass saveat=SaveAt(dense=True)."
             )
         _check_times("sol.evaluate", t0=t0, t1=t1)
+        self.interpolation.check_unbatched("evaluate")
         return _evaluate(self.interpolation, _time_input(t0), _time_input(t1))
 
     def derivative(self, t: RealScalarLike | Real[Array, " m"], left: bool = True) -> Any:
@@ -194,6 +207,7 @@ class Solution(eqx.Module):
                 "sol.derivative needs the dense solution: pass saveat=SaveAt(dense=True)."
             )
         _check_times("sol.derivative", t=t)
+        self.interpolation.check_unbatched("derivative")
         return _derivative(self.interpolation, _time_input(t))
 
 

@@ -120,7 +120,16 @@ class _Summed(eqx.Module):
     terms: tuple[ODETerm, ...]
 
     def __call__(self, t: RealScalarLike, y: PyTree, args: PyTree) -> PyTree:
-        return _sum([term.vf(t, y, args) for term in self.terms])
+        rates = [term.vf(t, y, args) for term in self.terms]
+        try:
+            return _sum(rates)
+        except (TypeError, ValueError) as error:
+            shapes = lambda tree: jtu.tree_map(jnp.shape, tree)
+            listed = "; ".join(f"terms[{i}]: {shapes(r)}" for i, r in enumerate(rates))
+            raise ValueError(
+                f"MultiTerm: the rates of its terms do not add up ({listed}; y0: "
+                f"{shapes(y)}). Each term's field must return dy/dt shaped like y0."
+            ) from error
 
 
 class BroadcastTo(eqx.Module):

@@ -491,6 +491,18 @@ CASES = {
         ode.SolveError,
         r"nonfinite_event_condition",
     ),
+    "a MultiTerm whose rates do not add up": (
+        lambda: solve(terms=ode.MultiTerm(TERM, ode.ODETerm(lambda t, y, args: jnp.ones(3)))),
+        ValueError,
+        r"MultiTerm: .*terms\[0\]: \(2,\); terms\[1\]: \(3,\); y0: \(2,\)",
+    ),
+    "a vmapped dense solution evaluated outside vmap": (
+        lambda: jax.vmap(lambda y: solve(y0=y, saveat=ode.SaveAt(dense=True)))(
+            jnp.ones((3, 2))
+        ).evaluate(0.5),
+        ValueError,
+        r"sol.evaluate: this solution holds \(3,\) solutions .* jax.vmap\(lambda sol",
+    ),
     "ControlTerm without a control": (
         lambda: ode.ControlTerm(lambda t, y, args: y, None),
         TypeError,
