@@ -484,6 +484,8 @@ def _check_against_direct_and_fd(loss, params):
     np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
 
 
+# A Module field's gradient runs in the suite in test_composition.py (module cases).
+@pytest.mark.matrix
 def test_gradient_wrt_module_vector_field():
     mlp = eqx.nn.MLP(2, 2, width_size=4, depth=1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
     field = MLPField(mlp)

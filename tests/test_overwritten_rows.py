@@ -46,7 +46,9 @@ SCHEDULES = [
     ode.Segments(length=2),
     # Online slots hold residual rows as the tape and segments do (with -m matrix).
     pytest.param(ode.Online(checkpoints=2), marks=pytest.mark.matrix),
-    ode.States(checkpoints=2),
+    # States recompute from kept states: its reverse sweep runs in the suite in
+    # test_states_before_steps.py and test_schedules.py (with -m matrix here).
+    pytest.param(ode.States(checkpoints=2), marks=pytest.mark.matrix),
 ]
 
 

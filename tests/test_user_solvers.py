@@ -208,7 +208,8 @@ def _loss(lib, solver, adjoint, a):
     [
         pytest.param(ode.RecursiveCheckpointAdjoint(), id="recursive"),
         pytest.param(ode.DirectAdjoint(), id="direct", marks=pytest.mark.matrix),
-        pytest.param(ode.BacksolveAdjoint(), id="backsolve"),
+        # BacksolveAdjoint's backward solve runs in the suite in test_composition.py.
+        pytest.param(ode.BacksolveAdjoint(), id="backsolve", marks=pytest.mark.matrix),
     ],
 )
 def test_user_solver_gradients_match_finite_differences(adjoint):
