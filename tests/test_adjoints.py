@@ -498,6 +498,8 @@ def test_gradient_wrt_module_vector_field():
     _check_against_direct_and_fd(loss, params)
 
 
+# A closure's gradient runs in the suite in test_composition.py (closure cases).
+@pytest.mark.matrix
 def test_gradient_wrt_array_the_vector_field_closes_over():
     def loss(w, adjoint):
         def field(t, y, args):  # a closure over w, which is traced here
@@ -941,7 +943,9 @@ def decay_past_a_jump(y0, rate, jump=1.0, adjoint=ode.RecursiveCheckpointAdjoint
 @pytest.mark.parametrize(
     "adjoint",
     [
-        ode.RecursiveCheckpointAdjoint(),  # tapes every step
+        # tapes every step (with -m matrix: the default adjoint's jump times run in the
+        # suite in test_composition.py, pid_jump)
+        pytest.param(ode.RecursiveCheckpointAdjoint(), marks=pytest.mark.matrix),
         ode.RecursiveCheckpointAdjoint(memory_budget=2048),  # taped segments
         # online slots, whose rows are packed as the tape's (with -m matrix)
         pytest.param(ode.RecursiveCheckpointAdjoint(checkpoints=3), marks=pytest.mark.matrix),
