@@ -81,6 +81,13 @@ def check_real_times(given: str, ts: Any) -> None:
         raise TypeError(f"{given}: pass real times, got dtype {_dtype_of(ts)}.")
 
 
+def first_out_of_order(times: Any, direction: float = 1.0) -> int | None:
+    """The first i with times[i + 1] not strictly beyond times[i] in `direction` (a NaN
+    counts), or None when the known `times` run strictly that way."""
+    wrong = np.flatnonzero(~(np.diff(np.asarray(times, dtype=float)) * direction > 0))
+    return int(wrong[0]) if wrong.size else None
+
+
 def check_finite_time(given: str, value: Any) -> None:
     """A time known when given is finite: a step to or from NaN or inf is NaN, and
     reported as nothing else. `given` names the argument, e.g. "solver.step(t1"."""

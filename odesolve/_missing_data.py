@@ -16,6 +16,7 @@ from jaxtyping import Array, Real
 
 from adjoints import trace_time_value
 
+from ._checks import first_out_of_order
 from ._flat import PyTree, in_state_dtype
 from ._global_interpolation import as_inexact
 
@@ -32,9 +33,8 @@ def checked_knots(ts: ArrayLike, name: str) -> Real[Array, " times"]:
     known = trace_time_value(ts)
     if known is not None:
         known = np.asarray(known, dtype=float)
-        wrong = np.flatnonzero(~(known[1:] > known[:-1]))  # also NaN
-        if wrong.size:
-            i = int(wrong[0])
+        i = first_out_of_order(known)
+        if i is not None:
             raise ValueError(
                 f"{name}(ts=...) has ts[{i}]={known[i]:.7g} then ts[{i + 1}]="
                 f"{known[i + 1]:.7g}: {fix}"

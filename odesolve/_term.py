@@ -160,12 +160,16 @@ class RateOfControl(eqx.Module):
 
 def _ode_terms(term: Any) -> tuple[ODETerm, ...] | None:
     """The ODE terms a term adds up (None if some part of it is not an ODE): a term of
-    the user's own with a control in time is one; a `ControlTerm` becomes one only by
-    its `to_ode()`, which says how its path is differentiated."""
+    the user's own with a control in time is one; a `ControlTerm` is one by its
+    `to_ode()` when its path says how it changes (`derivative(t)`): dy/dt = f · dx/dt,
+    as Diffrax solves it with an ODE solver (which takes the path's increment over each
+    step: to first order the same; `to_ode` keeps the solver's order)."""
     if isinstance(term, ODETerm):
         return (term,)
     is_own = isinstance(term, AbstractTerm) and not isinstance(term, MultiTerm)
-    if is_own and not callable(getattr(term, "to_ode", None)):
+    if is_own and callable(getattr(term, "to_ode", None)):
+        return (term.to_ode(),) if _differentiable(term) else None
+    if is_own:
         return (ODETerm(RateOfControl(term)),)
     if isinstance(term, MultiTerm):
         parts = [_ode_terms(t) for t in term.terms]
@@ -266,11 +270,6 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
     if get_origin(term_structure) is MultiTerm:
         return _split_term(terms)
     if not isinstance(term_structure, tuple):
-        if callable(getattr(terms, "to_ode", None)) and _differentiable(terms):
-            # A ControlTerm driven by a differentiable path is the ODE dy/dt = f · dx/dt,
-            # as Diffrax solves it with an ODE solver (which takes the path's increment
-            # over each step: to first order the same; `to_ode` keeps the solver's order).
-            terms = terms.to_ode()
         one = _as_ode_term(terms)
         if one is not None:
             return one

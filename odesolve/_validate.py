@@ -18,7 +18,7 @@ import numpy as np
 from adjoints import AbstractAdjoint, is_concrete
 
 from . import _hints, _time
-from ._checks import check_array_leaves, has_odd_dtype
+from ._checks import check_array_leaves, first_out_of_order, has_odd_dtype
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -111,9 +111,8 @@ def _check_times(t0, t1, dt0, controller, event, max_steps):
                     f"StepTo(ts) must start at t0={c0} and end at t1={c1}; got "
                     f"ts[0]={ts[0]}, ts[-1]={ts[-1]}."
                 )
-            wrong = np.flatnonzero(~(np.diff(ts) * np.sign(c1 - c0) > 0))  # also NaN
-            if wrong.size:
-                i = int(wrong[0])
+            i = first_out_of_order(ts, np.sign(c1 - c0))
+            if i is not None:
                 raise InvalidStepTimes(
                     "StepTo(ts): ts must be strictly monotonic from t0 to t1; got "
                     f"ts[{i}]={ts[i]:.7g} then ts[{i + 1}]={ts[i + 1]:.7g}."

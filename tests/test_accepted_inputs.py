@@ -270,3 +270,15 @@ def test_a_numpy_integer_max_steps_is_an_int():
         warnings.simplefilter("error")
         sol = decay(ode, max_steps=np.int64(100), saveat=ode.SaveAt(steps=True))
     assert sol.ys.shape == (100, 2)
+
+
+def test_a_control_term_inside_a_multiterm_is_solved_as_diffrax_solves_it():
+    def solve(lib):
+        path = lib.LinearInterpolation(ts=jnp.linspace(0.0, 1.0, 5), ys=jnp.linspace(0.0, 2.0, 5))
+        terms = lib.MultiTerm(
+            lib.ODETerm(lambda t, y, a: -y), lib.ControlTerm(lambda t, y, a: -y, path)
+        )
+        return decay(lib, terms=terms).ys
+
+    np.testing.assert_allclose(solve(ode), solve(diffrax), rtol=1e-6)
+    np.testing.assert_allclose(solve(ode), np.exp(-3.0) * Y0[None], rtol=1e-5)
