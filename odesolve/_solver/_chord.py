@@ -46,6 +46,11 @@ _NOISE = 1e-3
 # resolves (1.4e-8 in float32, from a float64 script). Increments are measured against
 # this floor too.
 _ROUNDING_ULPS = 4
+# Increments that grow by more than this factor mean divergence (optimistix's chord
+# criterion, Diffrax's default). Between 1 and 2 the iteration goes on: from a stage's
+# predictor the first chord step often overshoots a component (its increment grows once)
+# before contracting fast; calling that divergence rejects steps the method takes.
+DIVERGENT_RATE = 2.0
 
 
 class NewtonSettings(eqx.Module):
@@ -163,7 +168,7 @@ def _chord_iterations(
         eta = jnp.where(it == 0, 1.0, remaining_error_factor(rate))
         converged = (size == 0) | ((eta * size <= settings.kappa) & (size <= settings.kappa))
         converged = converged | (size <= _NOISE * settings.kappa)
-        diverged = (((it > 0) & (rate >= 1)) | ~jnp.isfinite(size)) & ~converged
+        diverged = (((it > 0) & (rate > DIVERGENT_RATE)) | ~jnp.isfinite(size)) & ~converged
         exhausted = it + 1 >= settings.max_iterations
         status = jnp.where(
             converged, _CONVERGED, jnp.where(diverged | exhausted, _FAILED, _RUNNING)

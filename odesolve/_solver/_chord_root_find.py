@@ -22,7 +22,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int
 
 from .._flat import PyTree
-from ._chord import remaining_error_factor
+from ._chord import DIVERGENT_RATE, remaining_error_factor
 
 
 class ChordState(eqx.Module):
@@ -69,9 +69,7 @@ def stops(state: ChordState, kappa: float) -> tuple[Bool[Array, ""], Any]:
     # increment's size is inf, so this never holds before a step.
     exact = state.size == 0
     # Judged from the second step, once there is a rate.
-    failed = (state.step >= 2) & ~exact & (~jnp.isfinite(rate) | (rate > 2))
+    failed = (state.step >= 2) & ~exact & (~jnp.isfinite(rate) | (rate > DIVERGENT_RATE))
     done = exact | ((state.step >= 2) & converged) | failed
-    result = optx.RESULTS.where(
-        failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful
-    )
+    result = optx.RESULTS.where(failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful)
     return done, result
