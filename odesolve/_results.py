@@ -42,7 +42,8 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     - `max_steps_reached`: ran out of `max_steps` before t1.
     - `dt_min_reached`: the step size fell below `PIDController(dtmin=...)` with
       `force_dtmin=False`.
-    - `step_size_underflow`: every step was rejected until `t + dt == t`.
+    - `step_size_underflow`: every step was rejected until the step size reached the
+      times' resolution (a shorter retry rounds to the rejected step, or t + dt == t).
     - `nonfinite_initial_derivative`: the vector field is NaN or inf at (t0, y0).
     - `nonfinite_state`: the state became NaN or inf.
     - `nonfinite_times`: t0 or t1 is NaN or inf (t1 may be inf only with an event or an
@@ -105,9 +106,13 @@ _MESSAGES = {
         "`dtmin`, pass force_dtmin=True, or loosen the tolerances."
     ),
     RESULTS.step_size_underflow: (
-        "The step size shrank until t + dt == t: every step was rejected. The vector field "
-        "most likely returned NaN or inf (check it at the time reported in sol.ts), or the "
-        "problem is too stiff for an explicit solver."
+        "The step size shrank to the resolution of the times' dtype (a shorter step rounds "
+        "to the one rejected, or t + dt == t): every step there was rejected. The vector "
+        "field most likely returned NaN or inf (check it at the time reported in sol.ts), "
+        "the problem is too stiff for an explicit solver, or the tolerances ask for more "
+        "than the dtype resolves (float32 times near t = 1000 are 6e-5 apart; float32 "
+        "states hold about 7 digits): solve in float64 (jax.config.update("
+        "'jax_enable_x64', True)) or loosen the tolerances."
     ),
     RESULTS.nonfinite_initial_derivative: (
         "The vector field returned NaN or inf at (t0, y0). Check y0, args and the vector "

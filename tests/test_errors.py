@@ -361,6 +361,24 @@ def test_nan_later_in_the_solve_is_reported_with_throw_false(controller, result)
     assert sol.result != ode.RESULTS.successful
 
 
+def test_steps_at_the_times_resolution_end_the_solve_as_step_size_underflow():
+    # float32 times near t = 1000 are 6e-5 apart. At rtol 1e-7 the steps shrink until a
+    # shorter retry rounds to the step just rejected: that step would be tried and
+    # rejected again until max_steps (20,000 steps, 19 of them accepted).
+    def wave(t, y, args):
+        return jnp.cos(1e3 * t) * jnp.ones_like(y)
+
+    kwargs = dict(
+        terms=ode.ODETerm(wave), t0=1000.0, t1=1000.1, dt0=1e-3, y0=jnp.zeros(1, jnp.float32),
+        stepsize_controller=ode.PIDController(rtol=1e-7, atol=1e-7), max_steps=20_000,
+    )  # fmt: skip
+    sol = solve(**kwargs, throw=False)
+    assert sol.result == ode.RESULTS.step_size_underflow
+    assert int(sol.stats["num_steps"]) < 100
+    with pytest.raises(ode.SolveError, match=r"resolution of the times' dtype.*float64"):
+        solve(**kwargs)
+
+
 def test_max_steps_reached_raises():
     with pytest.raises(ode.SolveError, match=r"maximum number of solver steps"):
         solve(max_steps=5)

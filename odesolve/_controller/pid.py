@@ -340,6 +340,16 @@ class PIDController(AbstractAdaptiveStepSizeController):
         dt = (t1 - t0) * factor.astype(jnp.result_type(t0))
         dt, at_dtmin, result = self._bound(dt, at_dtmin, factor)
         start = jnp.where(accept, t1, t0)
+        next_end = self._clip_to_ts(start, start + dt)
+        # A shorter retry that rounds to the rejected step's end is that step again, and
+        # is rejected again, forever: the step has reached the resolution of the times'
+        # dtype (a float32 time at t = 800 resolves 6e-5; Van der Pol with mu = 1000 at
+        # rtol 1e-5 needs shorter steps there). Say so rather than spin to `max_steps`.
+        # (A retry at dtmin differs: it is accepted whatever its error.)
+        stalled = ~accept & (next_end >= t1)
+        if at_dtmin is not None:
+            stalled = stalled & ~at_dtmin
+        result = jnp.where(stalled, RESULTS.step_size_underflow, result)
         # An error of 0 or inf says nothing about the next step: forget it.
         inv = jnp.where((inv == 0) | jnp.isinf(inv), 1, inv)
         state = (
@@ -347,7 +357,7 @@ class PIDController(AbstractAdaptiveStepSizeController):
             None if inv_prevprev is None else jnp.where(accept, inv_prev, inv_prevprev),
             at_dtmin,
         )
-        return Proposal(accept, self._clip_to_ts(start, start + dt), state, result)
+        return Proposal(accept, next_end, state, result)
 
     def _filter(
         self,
