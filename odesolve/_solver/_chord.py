@@ -218,7 +218,8 @@ def solve_stage(
     def failing(carry: PyTree):
         return (carry[2] == _FAILED) & ~skip & (carry[3] < settings.max_refreshes)
 
-    k, lu, status, _ = lax.while_loop(failing, retry, (k, lu, status, 0))
+    if settings.max_refreshes > 0:  # (static: with error control a failure rejects the step)
+        k, lu, status, _ = lax.while_loop(failing, retry, (k, lu, status, 0))
     ok = status == _CONVERGED
     return jnp.where(ok, k, guess), ok, lu
 
