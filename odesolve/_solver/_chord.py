@@ -150,7 +150,7 @@ def _chord_iterations(
     status,
 ):
     """Chord iterations from k while `status` is running: (k, status). On divergence k is
-    the last iterate before it (the best one, to restart from)."""
+    the last iterate before it (to restart from)."""
 
     ulp = _ROUNDING_ULPS * jnp.finfo(base.dtype).eps
 

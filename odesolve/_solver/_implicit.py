@@ -48,8 +48,8 @@ def _newton_settings(solver, context, y0: Float[Array, " n"], adaptive) -> Newto
     # With error control a failure rejects the step at once (as in Hairer's RADAU5 and in
     # Diffrax): chord iterations that do not converge with the Jacobian at the step's
     # start say the field changes too much over the step, and a step rescued by a fresh
-    # Jacobian is one the error estimate can pass while its dense output is far off
-    # (HIRES at rtol 1e-3: Kvaerno4 ended 6.4 tol away in 24 steps, 0.3 in 50 without).
+    # Jacobian is one the error estimate can pass while its dense output is far off (HIRES
+    # and Robertson at rtol 1e-3: benchmarks/README, "Accuracy").
     max_iterations = solver.max_iterations or solver.root_find_max_steps or (10 if adaptive else 20)
     max_refreshes = (
         solver.max_refreshes if solver.max_refreshes is not None else (0 if adaptive else 10)
