@@ -98,6 +98,14 @@ def check_finite_time(given: str, value: Any) -> None:
         raise ValueError(f"{given}={float(known)}): pass a finite time.")
 
 
+def broadcasts_to(shape: tuple, to: tuple) -> bool:
+    """Whether an array of `shape` broadcasts to `to` (keeping `to`'s shape)."""
+    try:
+        return np.broadcast_shapes(shape, to) == tuple(to)
+    except ValueError:  # shapes that do not broadcast at all
+        return False
+
+
 def check_tolerance(owner: str, name: str, value: Any) -> None:
     """A tolerance known when given is finite and >= 0: a negative or NaN one is never
     met, and the solve would fail without naming it."""

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Real
 
+from ._checks import broadcasts_to
 from ._flat import PyTree, in_state_dtype
 from ._global_interpolation import as_inexact, cubic_slope, cubic_value
 from ._missing_data import (
@@ -157,7 +158,7 @@ def backward_hermite_coefficients(
     starts = _per_leaf(replace_nans_at_start, treedef, len(leaves))
     for name, given in (("deriv0", deriv0s), ("replace_nans_at_start", starts)):
         for y, row in zip(leaves, given):
-            if row is not None and not _broadcasts(jnp.shape(row), jnp.shape(y)[1:]):
+            if row is not None and not broadcasts_to(jnp.shape(row), jnp.shape(y)[1:]):
                 raise ValueError(
                     f"backward_hermite_coefficients({name}=...) has shape {jnp.shape(row)} "
                     f"where one row of ys has {jnp.shape(y)[1:]}: pass a value of that "
@@ -169,14 +170,6 @@ def backward_hermite_coefficients(
     ]
     d, c, b, a = (jtu.tree_unflatten(treedef, [leaf[k] for leaf in out]) for k in range(4))
     return d, c, b, a
-
-
-def _broadcasts(shape: tuple, to: tuple) -> bool:
-    """Whether an array of `shape` broadcasts to `to`."""
-    try:
-        return jnp.broadcast_shapes(shape, to) == to
-    except ValueError:
-        return False
 
 
 def _per_leaf(tree: PyTree | None, treedef: Any, n: int) -> list:

@@ -305,10 +305,12 @@ def step(config: Config, params: Params, state: State) -> State:
 def _event_result(event: _event.EventState, result: Int[Array, ""]) -> Int[Array, ""]:
     """`result` after the event's conditions were evaluated (at t0, or at the end of an
     accepted step): a NaN condition is a failure, a fired one stops the solve."""
-    okay = result == RESULTS.successful.value
-    result = jnp.where(okay & _event.any_nan(event), RESULTS.nonfinite_event_condition, result)
-    okay = result == RESULTS.successful.value
-    return jnp.where(okay & _event.any_fired(event), RESULTS.event_occurred, result)
+    outcome = jnp.where(
+        _event.any_nan(event),
+        RESULTS.nonfinite_event_condition,
+        jnp.where(_event.any_fired(event), RESULTS.event_occurred, RESULTS.successful),
+    )
+    return jnp.where(result == RESULTS.successful.value, outcome, result)
 
 
 def _made_jump(accept: Array, jumped: Array | None, before: Array | None) -> Array | None:

@@ -18,7 +18,7 @@ import numpy as np
 from adjoints import AbstractAdjoint, is_concrete
 
 from . import _hints, _time
-from ._checks import check_array_leaves, first_out_of_order, has_odd_dtype
+from ._checks import broadcasts_to, check_array_leaves, first_out_of_order, has_odd_dtype
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
@@ -254,10 +254,7 @@ def _broadcasts(out: PyTree, expected: PyTree) -> bool:
     """Whether each leaf of the field's output broadcasts to its leaf of y0's shape (a
     scalar rate for a vector of states), as Diffrax's arithmetic broadcasts it."""
     pairs = zip(jtu.tree_leaves(out), jtu.tree_leaves(expected), strict=True)
-    try:
-        return all(np.broadcast_shapes(o.shape, e.shape) == e.shape for o, e in pairs)
-    except ValueError:  # shapes that do not broadcast at all
-        return False
+    return all(broadcasts_to(o.shape, e.shape) for o, e in pairs)
 
 
 def _field_hint(fn: Any, error: Exception, t0: Any, y0: Any, args: Any) -> str | None:
