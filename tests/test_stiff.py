@@ -573,3 +573,53 @@ def test_dense_output_is_a_continuous_extension(solver, dense_order):
             for tree in rooted_trees(r):
                 residual = weights @ _elementary_weights(tree, a) - theta**r / _density(tree)
                 assert abs(residual) < 1e-12, (theta, tree, residual)
+
+
+def _robertson_loss(k, y0, adjoint=ode.RecursiveCheckpointAdjoint()):
+    # rtol 1e-3: steps that the Newton iterations reject (2 of 17) are taken too.
+    sol = ode.diffeqsolve(
+        ode.ODETerm(robertson), ode.Kvaerno5(), 0.0, 100.0, None, y0, k,
+        saveat=ode.SaveAt(ts=jnp.array([1.0, 100.0])),
+        stepsize_controller=ode.PIDController(rtol=1e-3, atol=1e-6),
+        adjoint=adjoint, max_steps=512,
+    )  # fmt: skip
+    return jnp.sum(sol.ys * jnp.array([1.0, 1e4, 2.0]))
+
+
+@pytest.mark.matrix  # seven transformations of an adaptive stiff solve: about a minute
+def test_adaptive_stiff_gradients_in_every_transformation_order():
+    """grad, vmap(grad) with batched and shared parameters, grad(vmap), jacrev(vmap),
+    jit(jvp) and vmap(vmap(grad)) against forward mode one sample at a time."""
+    k = jnp.array(RATES)
+    ks = k * jnp.array([[1.0, 1.0, 1.0], [1.1, 0.9, 1.2]])
+    y0s = jnp.array([[1.0, 0.0, 0.0], [0.9, 0.0, 0.1]])
+    forward = ode.ForwardMode()
+    one = lambda q, y0: jax.jacfwd(lambda q: _robertson_loss(q, y0, forward))(q)  # noqa: E731
+    batched = np.stack([one(ks[i], y0s[i]) for i in range(2)])
+    shared = np.stack([one(k, y0s[i]) for i in range(2)])
+    grad = jax.grad(_robertson_loss)
+    summed = lambda q: jnp.sum(jax.vmap(_robertson_loss, in_axes=(None, 0))(q, y0s))  # noqa: E731
+    direct = lambda q: _robertson_loss(q, y0s[1], ode.DirectAdjoint())  # noqa: E731
+    tangent = jnp.array([1.0, 0.0, 0.0])
+    cases = {
+        "grad": (jax.jit(grad)(k, y0s[0]), shared[0]),
+        "vmap(grad) batched": (jax.vmap(grad)(ks, y0s), batched),
+        "vmap(grad) shared": (jax.vmap(grad, in_axes=(None, 0))(k, y0s), shared),
+        "grad(vmap)": (jax.grad(summed)(k), shared.sum(0)),
+        "jacrev(vmap)": (
+            jax.jacrev(lambda q: jax.vmap(_robertson_loss, in_axes=(None, 0))(q, y0s))(k),
+            shared,
+        ),
+        "jit(jvp)": (jax.jit(lambda q: jax.jvp(direct, (q,), (tangent,))[1])(k), shared[1, 0]),
+        "vmap(vmap(grad))": (
+            jax.vmap(jax.vmap(grad))(jnp.stack([ks, ks]), jnp.stack([y0s, y0s])),
+            np.stack([batched, batched]),
+        ),
+    }
+    for name, (actual, expected) in cases.items():
+        np.testing.assert_allclose(actual, expected, rtol=1e-12, err_msg=name)
+    # The discrete gradient is the solution's to the tolerance: central differences.
+    h = 1e-4 * RATES[0]
+    loss = lambda q: _robertson_loss(q, y0s[0])  # noqa: E731
+    fd = (loss(k.at[0].add(h)) - loss(k.at[0].add(-h))) / (2 * h)
+    np.testing.assert_allclose(shared[0, 0], fd, rtol=1e-3)
