@@ -36,7 +36,6 @@ import math
 from typing import Any
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -46,6 +45,7 @@ from ._backsolve import ContinuousProblem, backsolve_loop
 from ._checkpointed import Checkpointing, checkpointed_loop
 from ._decisions import DECISION_ROWS, value_bytes
 from ._direct import bounded_loop
+from ._forward_only import forward_only
 from ._loop import Loop, run_plain
 from ._packing import tree_bytes
 from ._residuals import tape_rows
@@ -163,7 +163,7 @@ class ForwardMode(AbstractAdjoint):
     Cheapest when there are fewer inputs than outputs to differentiate. No reverse mode."""
 
     def run_loop(self, loop, params, init, buffers, problem=None):
-        return _forward_only(run_plain(loop, params, init, buffers))
+        return forward_only(run_plain(loop, params, init, buffers), _NO_REVERSE_MODE)
 
 
 # Reverse mode through the plain loop would fail on JAX's `while_loop` transpose, whose
@@ -173,17 +173,6 @@ _NO_REVERSE_MODE = (
     "For jax.grad, jax.vjp or jax.jacrev pass adjoint=RecursiveCheckpointAdjoint() (the "
     "default), or DirectAdjoint() for both modes."
 )
-
-
-def _forward_only(out: Any) -> Any:
-    """`out` unchanged; reverse-mode differentiation of it raises `_NO_REVERSE_MODE`."""
-
-    def guard(x: Any) -> Any:
-        if not eqx.is_inexact_array(x):
-            return x
-        return eqxi.nondifferentiable_backward(x, msg=_NO_REVERSE_MODE)
-
-    return jtu.tree_map(guard, out)
 
 
 def _tag_set(tags: Any) -> frozenset:
@@ -469,8 +458,12 @@ class BacksolveAdjoint(AbstractAdjoint):
     - `solver`, `stepsize_controller`, `dt0`, `max_steps`, `throw`: for the backward
       solve (default: the forward's), as Diffrax's `BacksolveAdjoint(**kwargs)` takes
       them; the backward solve runs from t1 to t0, so `dt0` is taken as its size.
-    - `adjoint`: how the backward solve is differentiated, for a derivative of the
-      gradient (default: `ForwardMode()`).
+    - `adjoint`: how the gradient is differentiated (a second derivative): the backward
+      solve, and in reverse mode the forward solve too. `ForwardMode()` (default):
+      forward over reverse only (`jax.hessian`, `jax.jacfwd(jax.grad(f))`);
+      `DirectAdjoint()`: that and reverse over reverse (`jax.grad(jax.grad(f))`), its
+      forward solve then run as a bounded loop on every call;
+      `RecursiveCheckpointAdjoint()`: reverse over reverse only.
     """
 
     seminorm: bool = True
@@ -511,7 +504,9 @@ class BacksolveAdjoint(AbstractAdjoint):
     def run_loop(self, loop, params, init, buffers, problem=None):
         if problem is None:
             raise ValueError("BacksolveAdjoint needs the ODE: call it through diffeqsolve.")
-        return backsolve_loop(loop, problem, params, init, buffers, self.seminorm)
+        nested = self.adjoint
+        forward = None if nested is None or isinstance(nested, ForwardMode) else nested.run_loop
+        return backsolve_loop(loop, problem, params, init, buffers, self.seminorm, forward)
 
 
 class ReversibleAdjoint(AbstractAdjoint):

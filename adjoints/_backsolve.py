@@ -25,7 +25,18 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
+from ._forward_only import forward_only
 from ._loop import Loop, run_plain
+
+# A gradient by the adjoint ODE is itself differentiated by how its two solves run: the
+# forward solve it restarts from, and the backward solve. Run as plain loops (the
+# default), they differentiate in forward mode only.
+_TWICE = (
+    "BacksolveAdjoint() differentiates its gradient in forward mode only (jax.hessian, "
+    "jax.jacfwd(jax.grad(f))). For jax.grad(jax.grad(f)) or jax.jacrev(jax.grad(f)) pass "
+    "BacksolveAdjoint(adjoint=DirectAdjoint()) (both modes) or "
+    "BacksolveAdjoint(adjoint=RecursiveCheckpointAdjoint()) (reverse mode only)."
+)
 
 
 class ContinuousProblem(eqx.Module):
@@ -56,14 +67,19 @@ class ContinuousProblem(eqx.Module):
     integrate: Callable = eqx.field(static=True)
 
 
+# How the forward solve runs when the gradient is differentiated: `run_loop(loop, params,
+# init, buffers)` of the adjoint that differentiates the backward solve, or None (plain).
+RunLoop = Callable | None
+
+
 @eqx.filter_custom_vjp
-def _backsolve_loop(params_and_init, buffers, *, loop, problem, seminorm):
+def _backsolve_loop(params_and_init, buffers, *, loop, problem, seminorm, forward: RunLoop):
     params, init = params_and_init
     return run_plain(loop, params, init, buffers)
 
 
 @_backsolve_loop.def_fwd
-def _fwd(perturbed, params_and_init, buffers, *, loop, problem, seminorm):
+def _fwd(perturbed, params_and_init, buffers, *, loop, problem, seminorm, forward: RunLoop):
     params, init = params_and_init
     if any(jtu.tree_leaves(problem.times_of(perturbed[0]))):
         raise ValueError(
@@ -72,8 +88,11 @@ def _fwd(perturbed, params_and_init, buffers, *, loop, problem, seminorm):
             "jump_ts, StepTo(ts)): the continuous adjoint has no gradient for them. Use "
             "adjoint=RecursiveCheckpointAdjoint() (the default), which does."
         )
-    final, out_buffers = run_plain(loop, params, init, buffers)
-    return (final, out_buffers), (final, out_buffers)
+    if forward is None:
+        out = forward_only(run_plain(loop, params, init, buffers), _TWICE)
+    else:
+        out = forward(loop, params, init, buffers)
+    return out, out
 
 
 def _augmented_field(problem):
@@ -96,7 +115,18 @@ def _like(new, old):
 
 
 @_backsolve_loop.def_bwd
-def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, problem, seminorm):
+def _bwd(
+    residuals,
+    grad_obj,
+    perturbed,
+    params_and_init,
+    buffers,
+    *,
+    loop,
+    problem,
+    seminorm,
+    forward: RunLoop,
+):
     final, out_buffers = residuals
     params, init = params_and_init
     ct_final, ct_buffers = grad_obj
@@ -109,13 +139,15 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, prob
     augmented = _augmented_field(problem)
     t_end, t_start = final.t, problem.t_start(params)
 
+    def integrate(z0, t0, t1):
+        _, a, g = problem.integrate(augmented, theta, z0, t0, t1, seminorm, params)
+        return (a, g) if forward is not None else forward_only((a, g), _TWICE)
+
     def back(state, point):
         """From the later point back to `t_prev`, then add that point's cotangent."""
         t_from, y_from, a, g = state
         t_prev, y_prev, ct_prev = point
-        _, a_new, g_new = problem.integrate(
-            augmented, theta, (y_from, a, g), t_from, t_prev, seminorm, params
-        )
+        a_new, g_new = integrate((y_from, a, g), t_from, t_prev)
         # Cotangents keep their dtypes: a parameter narrower than the state (float32
         # weights, float64 state) has its cotangent integrated at the state's precision.
         return (t_prev, y_prev, _like(a_new, a) + ct_prev, _like(g_new, g)), None
@@ -125,14 +157,25 @@ def _bwd(residuals, grad_obj, perturbed, params_and_init, buffers, *, loop, prob
         points = (save_ts[::-1], ys[::-1], ct_ys[::-1])
         state, _ = lax.scan(back, state, points)
     t_last, y_last, a, g = state
-    _, a_new, g_new = problem.integrate(
-        augmented, theta, (y_last, a, g), t_last, t_start, seminorm, params
-    )
+    a_new, g_new = integrate((y_last, a, g), t_last, t_start)
     a, g = _like(a_new, a), _like(g_new, g)
     ct_params = problem.with_theta_cotangent(params, g)
     ct_init = problem.with_y_cotangent(init, a)
     return ct_params, ct_init
 
 
-def backsolve_loop(loop: Loop, problem: ContinuousProblem, params, init, buffers, seminorm):
-    return _backsolve_loop((params, init), buffers, loop=loop, problem=problem, seminorm=seminorm)
+def backsolve_loop(
+    loop: Loop,
+    problem: ContinuousProblem,
+    params,
+    init,
+    buffers,
+    seminorm: bool,
+    forward: RunLoop = None,
+):
+    """Run `loop`, differentiated by the adjoint ODE. `forward`: how the forward solve
+    runs when the gradient is itself differentiated in reverse mode (the `run_loop` of
+    an adjoint with reverse mode); None: a plain loop, whose gradient differentiates in
+    forward mode only."""
+    kw = dict(loop=loop, problem=problem, seminorm=seminorm, forward=forward)
+    return _backsolve_loop((params, init), buffers, **kw)

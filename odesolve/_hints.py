@@ -16,7 +16,13 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from adjoints import DirectAdjoint, ForwardMode, ImplicitAdjoint, trace_time_value
+from adjoints import (
+    BacksolveAdjoint,
+    DirectAdjoint,
+    ForwardMode,
+    ImplicitAdjoint,
+    trace_time_value,
+)
 
 from ._flat import PyTree
 
@@ -94,9 +100,7 @@ def _reads_args(fn: Callable, t0: Any, y0: Any) -> bool:
     return False
 
 
-def args_not_passed(
-    fn: Callable, error: Exception, t0: Any, y0: Any, args: PyTree
-) -> str | None:
+def args_not_passed(fn: Callable, error: Exception, t0: Any, y0: Any, args: PyTree) -> str | None:
     """The field read `args` (unpacked, indexed, an attribute) while none was passed."""
     if args is not None or not _reads_args(fn, t0, y0):
         return None
@@ -126,10 +130,18 @@ def forward_mode_named(adjoint: Any) -> Iterator[None]:
         # Under an adjoint with forward mode, the custom VJP is the field's own.
         if _REVERSE_ONLY not in str(e) or isinstance(adjoint, _BOTH_MODES):
             raise
-        name = type(adjoint).__name__
+        name = f"{type(adjoint).__name__}()"
+        hessian = ""
+        if isinstance(adjoint, BacksolveAdjoint):
+            if adjoint.adjoint is not None:  # its gradient's forward solve ran by this one
+                name = f"BacksolveAdjoint(adjoint={type(adjoint.adjoint).__name__}())"
+            hessian = (
+                " A BacksolveAdjoint gradient goes under jax.hessian or jax.jacfwd with "
+                "BacksolveAdjoint() or BacksolveAdjoint(adjoint=DirectAdjoint())."
+            )
         raise TypeError(
-            f"jax.jvp / jax.jacfwd cannot differentiate diffeqsolve with adjoint={name}(), "
+            f"jax.jvp / jax.jacfwd cannot differentiate diffeqsolve with adjoint={name}, "
             "which gives reverse-mode derivatives only (jax.grad, jax.vjp, jax.jacrev). For "
             "forward mode pass adjoint=odesolve.ForwardMode(), or odesolve.DirectAdjoint() "
-            "for both modes (jax.hessian)."
+            f"for both modes (jax.hessian).{hessian}"
         ) from None

@@ -724,6 +724,63 @@ def test_hessian_through_direct_adjoint():
     np.testing.assert_allclose(hessian, fd, rtol=1e-5, atol=1e-6 * np.max(np.abs(fd)))
 
 
+def _relaxation_loss(rates, adjoint):
+    """sum of y(1)^2 for dy/dt = -a y + b, y(0) = (1, 2): (a, b) = rates."""
+    sol = ode.diffeqsolve(
+        ode.ODETerm(lambda t, y, r: -r[0] * y + r[1]),
+        ode.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.array([1.0, 2.0]),
+        rates,
+        stepsize_controller=ode.PIDController(rtol=1e-10, atol=1e-10),
+        adjoint=adjoint,
+    )
+    return jnp.sum(sol.ys[-1] ** 2)
+
+
+def _relaxation_exact(rates):
+    a, b = rates
+    return jnp.sum(((jnp.array([1.0, 2.0]) - b / a) * jnp.exp(-a) + b / a) ** 2)
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        pytest.param(ode.RecursiveCheckpointAdjoint(), id="checkpointed"),
+        pytest.param(ode.DirectAdjoint(), id="direct", marks=pytest.mark.matrix),
+    ],
+)
+def test_backsolve_gradient_differentiated_in_reverse_mode(nested):
+    """grad of grad and jacrev of grad through the adjoint ODE, its two solves run by the
+    adjoint it is given, against the Hessian of the closed-form solution."""
+    rates = jnp.array([0.7, 0.3])
+    adjoint = ode.BacksolveAdjoint(adjoint=nested)
+    want = jax.hessian(_relaxation_exact)(rates)
+    loss = functools.partial(_relaxation_loss, adjoint=adjoint)
+    got = jax.jit(jax.jacrev(jax.grad(loss)))(rates)
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    first = jax.jit(jax.grad(lambda r: jax.grad(loss)(r)[0]))(rates)
+    np.testing.assert_allclose(first, want[0], rtol=1e-7)
+
+
+def test_backsolve_gradient_names_how_to_differentiate_it_in_reverse_mode():
+    """Its default differentiates the gradient in forward mode: reverse over reverse is
+    refused with a message naming BacksolveAdjoint's `adjoint`, not JAX's `while_loop`."""
+    loss = functools.partial(_relaxation_loss, adjoint=ode.BacksolveAdjoint())
+    rates = jnp.array([0.7, 0.3])
+    hessian = jax.jit(jax.hessian(loss))(rates)  # forward over reverse: what it is for
+    np.testing.assert_allclose(hessian, jax.hessian(_relaxation_exact)(rates), rtol=1e-7)
+    with pytest.raises(RuntimeError, match=r"BacksolveAdjoint\(adjoint=DirectAdjoint\(\)\)"):
+        jax.grad(lambda r: jax.grad(loss)(r)[0])(rates)
+    # Given a reverse-only adjoint, forward over reverse is what it cannot do.
+    reverse = ode.BacksolveAdjoint(adjoint=ode.RecursiveCheckpointAdjoint())
+    pattern = r"adjoint=BacksolveAdjoint\(adjoint=RecursiveCheckpointAdjoint\(\)\).*jax.hessian"
+    with pytest.raises(TypeError, match=pattern):
+        jax.hessian(functools.partial(_relaxation_loss, adjoint=reverse))(rates)
+
+
 # --------------------------------------------------------------- custom JVPs, scan
 
 
