@@ -9,6 +9,7 @@ import jax.tree_util as jtu
 from adjoints import is_concrete
 
 from ._controller._base import AbstractStepSizeController
+from ._controller._user import controller_name, written_in_diffrax_interface
 from ._event import Event, EventRecord, FlatConditions
 from ._flat import FlatSpec, PyTree, RealScalarLike
 from ._progress_meter import AbstractProgressMeter
@@ -73,7 +74,7 @@ def check_adaptive(solver: AbstractSolver, controller: AbstractStepSizeControlle
     if controller.needs_error and not solver.adaptive:
         raise ValueError(
             f"{type(solver).__name__} has no error estimate, so it cannot be used with "
-            f"{type(controller).__name__}; use ConstantStepSize(), an adaptive solver "
+            f"{controller_name(controller)}; use ConstantStepSize(), an adaptive solver "
             "such as Tsit5(), or wrap it: HalfSolver(solver)."
         )
 
@@ -90,7 +91,7 @@ def static_times(
     them is a concrete value (not a tracer), and no event moves the end to a root of the
     state. Step sizes themselves are never differentiated (see `PIDController.adapt`).
     Then a step's reverse needs no record of its size, and its VJP no time cotangents."""
-    if event is not None:
-        return False
+    if event is not None or written_in_diffrax_interface(controller):
+        return False  # (a user's controller may differentiate its step sizes)
     leaves = jtu.tree_leaves((t0, t1, dt0, save_ts, controller))
     return all(is_concrete(x) for x in leaves)

@@ -26,6 +26,7 @@ from ._checks import check_flag
 from ._config import Config, Params, check_adaptive, static_times
 from ._continuous import continuous_problem
 from ._controller._base import AbstractStepSizeController
+from ._controller._user import loop_controller, written_in_diffrax_interface
 from ._controller.constant import ConstantStepSize
 from ._discrete_event import AbstractDiscreteTerminatingEvent, as_event
 from ._eager import cached_call, check_once
@@ -186,6 +187,9 @@ def _diffeqsolve(
     solver.prepare(y0)
     # A solver written in Diffrax's interface (`init`/`step`) runs through an adapter.
     solver = loop_solver(solver)
+    # So does a controller written in Diffrax's (`init`/`adapt_step_size`): it is given
+    # the solver's error estimate whenever the solver has one, as Diffrax's loop does.
+    stepsize_controller = loop_controller(stepsize_controller, solver.adaptive)
     check_outputs(adjoint, saveat)
     if discrete_terminating_event is not None:
         event = as_event(discrete_terminating_event, event)
@@ -386,12 +390,13 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
         reverses=adjoint.needs_reversal(),
     )
     # Times that nothing differentiated places (static ones, or traced ones not
-    # differentiated: `fixed_times`) are constants to reverse mode.
+    # differentiated: `fixed_times`) are constants to reverse mode. A controller written
+    # in Diffrax's interface may differentiate its step sizes: they follow the state.
     fixed = None
     if config.static_times:
         loop = make_loop(config, constant=_step.time_leaves)
     else:
-        if config.event is None:
+        if config.event is None and not written_in_diffrax_interface(controller):
             static = dataclasses.replace(config, static_times=True)
             fixed = make_loop(static, constant=_step.time_leaves)
         loop = make_loop(config, fixed_times=fixed)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from ._checks import check_tolerance
 from ._controller._base import AbstractStepSizeController
+from ._controller._user import controller_name
 from ._controller.pid import rms_norm
 from ._flat import PyTree, RealScalarLike
 from ._term import ODETerm
@@ -48,6 +49,6 @@ def _tolerance(given: float | None, name: str, controller: AbstractStepSizeContr
     if tolerances is None:
         raise ValueError(
             f"steady_state_event({name}=None) takes the step-size controller's {name}, but "
-            f"{type(controller).__name__} has none: pass rtol and atol."
+            f"{controller_name(controller)} has none: pass rtol and atol."
         )
     return jnp.asarray(tolerances[0 if name == "rtol" else 1])

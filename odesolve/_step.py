@@ -262,6 +262,7 @@ def step(config: Config, params: Params, state: State) -> State:
             state=state.controller_state,
             error_order=config.solver.error_order(),
             spec=config.spec,
+            args=params.args,
         )
     )
     # The controller's verdict, marked: a recomputation that rounds differently must not
@@ -272,6 +273,10 @@ def step(config: Config, params: Params, state: State) -> State:
         accept = jnp.where(state.verdict == _NONE_IMPOSED, accept, state.verdict == 1)
     stops = params.controller.jump_stops() if params.controller.has_jumps else None
     t_new, jumped = next_start(stops, accept, t0, t1)
+    if proposal.start is not None:  # a controller that says where the next step starts
+        t_new = jnp.where(accept, proposal.start, t0)
+    if proposal.made_jump is not None:  # ...and whether it crossed a jump
+        jumped = accept & proposal.made_jump
     next_end = clipped_to_end(params, t_new, proposal.next_end)
     result = _step_result(config, params, out, proposal.result, t_new, next_end)
     num_accepted = state.num_accepted + accept.astype(jnp.int32)

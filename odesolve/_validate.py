@@ -22,6 +22,7 @@ from ._checks import broadcasts_to, check_array_leaves, first_out_of_order, has_
 from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
+from ._controller._user import controller_name
 from ._controller.constant import StepTo
 from ._event import BoundCondition, check_condition_outputs, condition_kwargs
 from ._flat import PyTree, complex_dtype, real_dtype, widest_float
@@ -388,7 +389,7 @@ def _check_tolerance_shapes(controller: AbstractStepSizeController, y0: PyTree) 
                 np.broadcast_shapes(np.shape(tol), np.shape(leaf))
             except ValueError:
                 raise ValueError(
-                    f"{type(controller).__name__}({name}=...) has shape {np.shape(tol)}, which "
+                    f"{controller_name(controller)}({name}=...) has shape {np.shape(tol)}, which "
                     f"does not broadcast against y0{jtu.keystr(path)} of shape "
                     f"{np.shape(leaf)}: pass a scalar, or an array that broadcasts against "
                     "every leaf of y0."

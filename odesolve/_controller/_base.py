@@ -101,6 +101,7 @@ class AttemptInput(eqx.Module):
     - `state`: the controller's state (`start`'s, then the last `Proposal.state`).
     - `error_order`: the solver's; the step-size exponent is 1 / error_order (static).
     - `spec`: the static layout of the user's state, for a norm on it (`FlatSpec`).
+    - `args`: the user's `args` (a controller written in Diffrax's interface reads them).
     """
 
     t0: Float[Array, ""]
@@ -111,6 +112,7 @@ class AttemptInput(eqx.Module):
     state: PyTree
     error_order: int = eqx.field(static=True)
     spec: FlatSpec = eqx.field(static=True)
+    args: PyTree = None
 
 
 class Proposal(eqx.Module):
@@ -120,17 +122,68 @@ class Proposal(eqx.Module):
     - `next_end`: where the next step should end (from the new start time).
     - `state`: the controller's new state.
     - `result`: a `RESULTS` code (successful unless the controller gives up).
+    - `start`, `made_jump`: where the next step starts, and whether an accepted step
+      ended on a jump of the vector field, for a controller that says (one written in
+      Diffrax's interface returns them); None: at t1 if accepted, else at t0, and from
+      the controller's jump times.
     """
 
     accept: Any
     next_end: Any
     state: Any
     result: Any
+    start: Any = None
+    made_jump: Any = None
 
 
-class AbstractStepSizeController(eqx.Module):
+# The step loop's contract, which a controller written in Diffrax's interface does not
+# define: `diffeqsolve` runs such a controller through an adapter (`_user.UserController`).
+_LOOP_CONTRACT = frozenset(
+    {
+        *("needs_error", "has_jumps", "jump_stops", "tolerances"),
+        *("times_are_valid", "num_steps", "start", "adapt"),
+    }
+)
+# What Diffrax's `AbstractStepSizeController` requires of a subclass.
+_DIFFRAX_INTERFACE = ("wrap", "init", "adapt_step_size")
+
+
+def writes_diffrax_steps_sizes(cls: type) -> bool:
+    """Whether a controller class is written in Diffrax's interface: the first class in
+    its MRO to define `init` or `adapt_step_size` or the loop's `start` or `adapt`
+    defines the former (this module's bases, which implement Diffrax's methods on the
+    loop's contract, do not count)."""
+    for k in cls.__mro__:
+        own = vars(k)
+        if k.__module__ == __name__ or "start" in own or "adapt" in own:
+            return False
+        if "init" in own or "adapt_step_size" in own:
+            return True
+    return False
+
+
+class _DiffraxInterface(type(eqx.Module)):  # type: ignore[misc]
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        if writes_diffrax_steps_sizes(cls):
+            # Abstract as Diffrax's controller is: `wrap`, `init` and `adapt_step_size`
+            # must be written; the loop's contract is the adapter's, not the class's.
+            unwritten = {
+                m
+                for m in _DIFFRAX_INTERFACE
+                if next(k for k in cls.__mro__ if m in vars(k)).__module__ == __name__
+            }
+            cls.__abstractmethods__ = (cls.__abstractmethods__ - _LOOP_CONTRACT) | unwritten
+        return cls
+
+
+class AbstractStepSizeController(eqx.Module, metaclass=_DiffraxInterface):
     """Chooses step sizes. Times given to a controller are internal (tau = direction *
-    t, see `wrap`), so they always increase. Subclasses are abstract or final."""
+    t, see `wrap`), so they always increase. Subclasses are abstract or final.
+
+    A subclass written in Diffrax's interface instead (`wrap`, `init` and
+    `adapt_step_size` on the user's PyTree state) runs in `diffeqsolve` too, through
+    `_user.UserController`."""
 
     @abc.abstractmethod
     def wrap(self, direction: Float[Array, ""]) -> "AbstractStepSizeController":
@@ -245,6 +298,7 @@ class AbstractStepSizeController(eqx.Module):
                 state=controller_state,
                 error_order=error_order or 1,
                 spec=spec,
+                args=args,
             )
         )
         accept = jnp.asarray(proposal.accept)

@@ -147,13 +147,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController, metaclass=_Also
             state, rejected = attempt.state
             attempt = dataclasses.replace(attempt, state=state)
         inner = self.controller.adapt(attempt)
-        start = jnp.where(inner.accept, t1, t0)
+        start = jnp.where(inner.accept, t1 if inner.start is None else inner.start, t0)
         end = clip_to_times(start, inner.next_end, self.step_ts, stops_before(self.jump_ts))
         if rejected is None:
-            return Proposal(inner.accept, end, inner.state, inner.result)
+            return Proposal(
+                inner.accept, end, inner.state, inner.result, inner.start, inner.made_jump
+            )
         rejected, result = _remember(rejected, inner.accept, t1, inner.result)
         end = clip_to_times(start, end, rejected, None)
-        return Proposal(inner.accept, end, (inner.state, rejected), result)
+        state = (inner.state, rejected)
+        return Proposal(inner.accept, end, state, result, inner.start, inner.made_jump)
 
 
 def _remember(
