@@ -43,8 +43,9 @@ def check_reversible(config: Config) -> AbstractReversibleSolver:
     if config.jumps and not solver.reverses_jumps:
         raise ValueError(
             f"adjoint=ReversibleAdjoint() cannot undo {type(solver).__name__}'s steps across "
-            "the jump_ts of the step-size controller; use solver=Reversible(Tsit5()), or "
-            "another adjoint."
+            "the jumps of the step-size controller (its jump_ts, or the made_jump that a "
+            "controller written in Diffrax's interface may return); use "
+            "solver=Reversible(Tsit5()), or another adjoint."
         )
     return solver
 

@@ -148,7 +148,7 @@ _LOOP_CONTRACT = frozenset(
 _DIFFRAX_INTERFACE = ("wrap", "init", "adapt_step_size")
 
 
-def writes_diffrax_steps_sizes(cls: type) -> bool:
+def writes_diffrax_step_sizes(cls: type) -> bool:
     """Whether a controller class is written in Diffrax's interface: the first class in
     its MRO to define `init` or `adapt_step_size` or the loop's `start` or `adapt`
     defines the former (this module's bases, which implement Diffrax's methods on the
@@ -165,7 +165,7 @@ def writes_diffrax_steps_sizes(cls: type) -> bool:
 class _DiffraxInterface(type(eqx.Module)):  # type: ignore[misc]
     def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
-        if writes_diffrax_steps_sizes(cls):
+        if writes_diffrax_step_sizes(cls):
             # Abstract as Diffrax's controller is: `wrap`, `init` and `adapt_step_size`
             # must be written; the loop's contract is the adapter's, not the class's.
             unwritten = {

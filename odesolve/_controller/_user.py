@@ -26,7 +26,7 @@ from ._base import (
     AttemptInput,
     FirstStepInput,
     Proposal,
-    writes_diffrax_steps_sizes,
+    writes_diffrax_step_sizes,
 )
 from .clip import ClipStepSizeController
 
@@ -37,7 +37,7 @@ def loop_controller(
     """The controller as the step loop runs it: one written in Diffrax's interface in
     `UserController`, also inside a `ClipStepSizeController`; any other as it is.
     `estimates`: the solver gives an error estimate."""
-    if writes_diffrax_steps_sizes(type(controller)):
+    if writes_diffrax_step_sizes(type(controller)):
         adaptive = isinstance(controller, AbstractAdaptiveStepSizeController)
         return UserController(controller, given_error=adaptive or estimates)
     if type(controller) is ClipStepSizeController:  # (a PID with step_ts passes for one)
