@@ -31,6 +31,18 @@ class AbstractProgressMeter(eqx.Module):
 
     active: ClassVar[bool] = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Diffrax's interface (`init()`, `step(state, progress)`, `close(state)`) is not
+        # this one: say so where the class is written, not as missing private methods.
+        written = [m for m in ("init", "step", "close") if m in vars(cls)]
+        if written and cls.__module__ != __name__:
+            raise TypeError(
+                f"{cls.__name__} defines {', '.join(written)}: progress meters written in "
+                "Diffrax's interface (init(), step(state, progress), close(state)) are not "
+                "supported: use odesolve.TextProgressMeter() or TqdmProgressMeter()."
+            )
+
     @abc.abstractmethod
     def _start(self, key: int) -> None:
         """Open the display (on the host)."""

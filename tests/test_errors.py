@@ -581,3 +581,17 @@ def test_equinox_on_error_chooses_what_a_failed_solve_gives(mode):
         f"jit {nan} {code} 5",
         f"vmap {nan} 5",
     ]
+
+
+def test_progress_meter_in_diffraxs_interface_is_named():
+    with pytest.raises(TypeError, match=r"Counting defines init, step, close: .*Diffrax's"):
+
+        class Counting(ode.AbstractProgressMeter):
+            def init(self):
+                return 0
+
+            def step(self, state, progress):
+                return state + 1
+
+            def close(self, state):
+                pass
