@@ -194,6 +194,12 @@ def test_each_sample_stops_at_its_own_time_under_vmap():
     gs = jnp.array([2.0, 9.81, 30.0])
     times = jax.vmap(lambda g: drop(g, ode.Event(height)).ts[-1])(gs)
     np.testing.assert_allclose(times, [landing_time(float(g)) for g in gs], rtol=1e-12)
+
+
+# Events under vmap(grad) are also in the composition suite's default cases.
+@pytest.mark.matrix
+def test_each_samples_stop_time_differentiates_under_vmap():
+    gs = jnp.array([2.0, 9.81, 30.0])
     grads = jax.vmap(jax.grad(lambda g: drop(g, ode.Event(height)).ts[-1]))(gs)
     np.testing.assert_allclose(grads, -0.5 * math.sqrt(2 * HEIGHT) * gs**-1.5, rtol=1e-9)
 

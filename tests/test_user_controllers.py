@@ -103,7 +103,7 @@ def _solve(lib, controller, *, solver="Tsit5", t0=0.0, t1=3.0, dt0=None, args=AR
             dict(solver="Dopri5", dt0=0.1, saveat="ts"), id="save-times", marks=pytest.mark.matrix
         ),
         pytest.param(dict(t0=3.0, t1=0.0, dt0=-0.1), id="backwards", marks=pytest.mark.matrix),
-        pytest.param(dict(clip=True, saveat="steps"), id="clipped"),
+        pytest.param(dict(clip=True, saveat="steps"), id="clipped", marks=pytest.mark.matrix),
     ],
 )
 def test_same_steps_and_solution_as_diffrax(case):
@@ -239,3 +239,32 @@ def test_an_unwritten_method_is_named():
 
     with pytest.raises(TypeError, match="abstract method adapt_step_size"):
         NoAdapt()
+
+
+@pytest.mark.matrix
+def test_gradient_in_every_order():
+    """The step-size path differentiated under each transformation as users write it,
+    against the default adjoint's gradient one sample at a time."""
+    batch = jnp.stack([ARGS, ARGS * jnp.array([1.1, 0.9, 1.05])])
+
+    def loss(adjoint):
+        def f(args):
+            controller = integral_controller(ode)
+            sol = _solve(
+                ode, controller, dt0=0.1, args=args, saveat=ode.SaveAt(ts=TS), adjoint=adjoint
+            )
+            return jnp.sum(sol.ys)
+
+        return f
+
+    default = loss(ode.RecursiveCheckpointAdjoint())
+    want = np.stack([jax.grad(default)(a) for a in batch])
+    orders = {
+        "vmap(grad)": lambda: jax.vmap(jax.grad(default))(batch),
+        "grad(vmap)": lambda: jax.grad(lambda b: jnp.sum(jax.vmap(default)(b)))(batch),
+        "jacfwd forward mode": lambda: jax.vmap(jax.jacfwd(loss(ode.ForwardMode())))(batch),
+        "direct": lambda: jax.vmap(jax.grad(loss(ode.DirectAdjoint())))(batch),
+        "jit(vmap(grad))": lambda: jax.jit(jax.vmap(jax.grad(default)))(batch),
+    }
+    for name, run in orders.items():
+        np.testing.assert_allclose(run(), want, rtol=1e-9, err_msg=name)

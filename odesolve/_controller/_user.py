@@ -127,10 +127,18 @@ class UserController(AbstractStepSizeController):
 
     def adapt(self, attempt: AttemptInput) -> Proposal:
         unravel = attempt.spec.unravel
-        y_error = None if attempt.y_error is None else unravel(attempt.y_error)
+        # Under `vmap` a sample that has finished still runs the loop's body, a step of
+        # no length whose result is discarded. A controller is not written for that (an
+        # error of 0 to a negative power), and its derivative there, NaN, would reach the
+        # gradient through the discarded result: it is shown a unit step instead.
+        idle = attempt.t1 == attempt.t0
+        t1 = jnp.where(idle, attempt.t0 + 1, attempt.t1)
+        y_error = None
+        if attempt.y_error is not None:
+            y_error = unravel(jnp.where(idle, jnp.ones_like(attempt.y_error), attempt.y_error))
         accept, next_t0, next_t1, made_jump, state, result = self.controller.adapt_step_size(
             attempt.t0,
-            attempt.t1,
+            t1,
             unravel(attempt.y0),
             unravel(attempt.y1),
             attempt.args,
