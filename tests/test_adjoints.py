@@ -713,6 +713,9 @@ def test_hessian_vector_product_under_vmap_through_the_checkpointed_adjoint(chec
     assert relative_error(got, hvp(ode.DirectAdjoint())) <= 1e-9
 
 
+# Forward over reverse through DirectAdjoint is also the composition suite's default
+# `direct-jvp(grad)` case.
+@pytest.mark.matrix
 def test_hessian_through_direct_adjoint():
     def loss(theta):
         return jnp.sum(jnp.array([1.0, -2.0, 0.5, 3.0]) * _outputs(theta, ode.DirectAdjoint()) ** 2)
