@@ -265,6 +265,35 @@ def test_gradient_in_every_order():
         "jacfwd forward mode": lambda: jax.vmap(jax.jacfwd(loss(ode.ForwardMode())))(batch),
         "direct": lambda: jax.vmap(jax.grad(loss(ode.DirectAdjoint())))(batch),
         "jit(vmap(grad))": lambda: jax.jit(jax.vmap(jax.grad(default)))(batch),
+        "vmap(vmap(grad))": lambda: jax.vmap(jax.vmap(jax.grad(default)))(batch[None])[0],
+        "jacrev(vmap)": lambda: jnp.stack(
+            [jax.jacrev(jax.vmap(default))(batch)[i, i] for i in range(len(batch))]
+        ),
+        "jit(jvp) forward mode": lambda: jnp.stack(
+            [
+                jnp.stack(
+                    [
+                        jax.jit(lambda a, v: jax.jvp(loss(ode.ForwardMode()), (a,), (v,))[1])(a, e)
+                        for e in jnp.eye(3)
+                    ]
+                )
+                for a in batch
+            ]
+        ),
     }
     for name, run in orders.items():
         np.testing.assert_allclose(run(), want, rtol=1e-9, err_msg=name)
+
+    # vmap(grad) with the parameters shared and the initial states batched.
+    def from_state(args, y0):
+        controller = integral_controller(ode)
+        sol = ode.diffeqsolve(
+            ode.ODETerm(lotka_volterra), ode.Tsit5(), 0.0, 3.0, 0.1, y0, args,
+            stepsize_controller=controller, saveat=ode.SaveAt(ts=TS), max_steps=10_000,
+        )  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    y0s = jnp.array([[1.0, 1.0], [2.0, 0.5]])
+    shared = jax.vmap(jax.grad(from_state), in_axes=(None, 0))(ARGS, y0s)
+    one_by_one = np.stack([jax.grad(from_state)(ARGS, y0) for y0 in y0s])
+    np.testing.assert_allclose(shared, one_by_one, rtol=1e-9, err_msg="vmap(grad) shared")
