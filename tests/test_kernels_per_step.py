@@ -2,6 +2,11 @@
 bench reports beside Diffrax's, and no host callback inside the loop unless a progress
 meter asks for one (on a GPU a callback is a round trip to Python every step)."""
 
+import json
+import os
+import subprocess
+import sys
+
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -136,26 +141,41 @@ def test_no_host_callback_in_the_loop_unless_a_progress_meter():
     assert theirs is not None and theirs["callbacks"] == 0 and theirs["per_step"] > 0
 
 
+# Counted in a child process on XLA:CPU's default (fusion) emitters: the suite compiles
+# with the classic ones (conftest.py), which turn this branch into selects.
+_PREDICATES_PER_STEP = """
+import json, sys
+import jax, jax.numpy as jnp
+import odesolve as ode
+from odesolve.bench import _kernels
+
+def solve(saveat):
+    def one(y0):
+        term = ode.ODETerm(lambda t, y, args: -args * y)
+        controller = ode.PIDController(rtol=1e-5, atol=1e-5)
+        options = dict(saveat=saveat, stepsize_controller=controller)
+        return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, y0, 2.0, **options).ys
+    return jax.vmap(one)
+
+y0s = jnp.ones((4, 2), jnp.float32)
+ts = ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
+counts = [_kernels.count(solve(saveat), y0s) for saveat in (ode.SaveAt(t1=True), ts)]
+json.dump([c and c["predicates_per_step"] for c in counts], sys.stdout)
+"""
+
+
 def test_a_batched_solve_without_output_between_steps_has_one_predicate_a_step():
     """With no save times, every lockstep round steps some sample: the loop's condition
     is the only predicate a step evaluates (a GPU reads each back to the host). A solve
     with save times keeps the branch that skips a step in a round that only emits."""
-
-    def solve(saveat):
-        def one(y0):
-            term = ode.ODETerm(lambda t, y, args: -args * y)
-            controller = ode.PIDController(rtol=1e-5, atol=1e-5)
-            options = dict(saveat=saveat, stepsize_controller=controller)
-            return ode.diffeqsolve(term, ode.Tsit5(), 0.0, 1.0, 0.1, y0, 2.0, **options).ys
-
-        return jax.vmap(one)
-
-    y0s = jnp.ones((4, 2), jnp.float32)
-    final = _kernels.count(solve(ode.SaveAt(t1=True)), y0s)
-    assert final is not None and final["predicates_per_step"] == 1
-    ts = ode.SaveAt(ts=jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
-    saved = _kernels.count(solve(ts), y0s)
-    assert saved is not None and saved["predicates_per_step"] > 1
+    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_cpu_use_fusion_emitters=false", "")
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    command = [sys.executable, "-c", _PREDICATES_PER_STEP]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final, saved = json.loads(done.stdout)
+    assert final == 1
+    assert saved is not None and saved > 1
 
 
 def _step_loop_carry(fn, *inputs) -> str:
