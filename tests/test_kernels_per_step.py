@@ -141,8 +141,9 @@ def test_no_host_callback_in_the_loop_unless_a_progress_meter():
     assert theirs is not None and theirs["callbacks"] == 0 and theirs["per_step"] > 0
 
 
-# Counted in a child process on XLA:CPU's default (fusion) emitters: the suite compiles
-# with the classic ones (conftest.py), which turn this branch into selects.
+# Counted in a child process on XLA:CPU's default (fusion) emitters, which a user's
+# program gets: the suite compiles with the classic ones (conftest.py), whose program for
+# the solve with save times evaluates one predicate a step.
 _PREDICATES_PER_STEP = """
 import json, sys
 import jax, jax.numpy as jnp
