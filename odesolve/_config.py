@@ -26,8 +26,10 @@ class Config(eqx.Module):
       `static_times`).
     - `number_times`: t0, t1 and dt0 were given as Python numbers (see
       `FirstStepInput`).
-    - `stacks_row`: the carry holds the last step's dense vectors as one array (see
-      `_step.carried_vectors`).
+    - `batched`: the solve runs under `vmap` (a batch of more than one sample). An
+      unbatched solve's carry then holds the last step's dense vectors as one array (see
+      `_step.carried_vectors`), and a step may run its stages in a loop (see
+      `_solver._stage_loop`).
     """
 
     solver: AbstractSolver = eqx.field(static=True)
@@ -41,7 +43,7 @@ class Config(eqx.Module):
     event: EventRecord | None = eqx.field(static=True)
     static_times: bool = eqx.field(static=True)
     number_times: bool = eqx.field(static=True, default=False)
-    stacks_row: bool = eqx.field(static=True, default=False)
+    batched: bool = eqx.field(static=True, default=True)
 
     @property
     def table(self) -> tuple:

@@ -363,7 +363,7 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
         event=None if event is None else event.record,
         static_times=static_times,
         number_times=known.number_times,
-        stacks_row=batch == 1,
+        batched=batch > 1,
     )
     conditions = None
     if event is not None:

@@ -202,7 +202,7 @@ def empty_row(
 
 def carried_vectors(config: Config, ks: Sequence[Array]) -> Any:
     """A step's dense vectors `ks` as the carry's row holds them: one array where
-    `config.stacks_row`, else each a carry leaf of its own.
+    unbatched (`config.batched` false), else each a carry leaf of its own.
 
     Stacked, an unbatched solve's row is one buffer, made by one kernel before the loop.
     Each carry leaf is a buffer that XLA:CPU initialises with a kernel of its own there;
@@ -211,7 +211,7 @@ def carried_vectors(config: Config, ks: Sequence[Array]) -> Any:
     on the worker, slower (benchmarks/README.md, "Where the step loop runs"). Under
     `vmap` the stacked row costs a copy of every sample's vectors each step, which
     slowed a batched training step: batched rows stay apart."""
-    return jnp.stack(ks) if config.stacks_row else tuple(ks)
+    return tuple(ks) if config.batched else jnp.stack(ks)
 
 
 def keep_going(config: Config, params: Params, state: State) -> Bool[Array, ""]:
@@ -246,7 +246,8 @@ def _attempt(
 def step_context(config: Config, params: Params) -> StepContext:
     """What a step is told beyond itself (see `StepContext`)."""
     span = jax.lax.stop_gradient(params.t_end - params.t_start)
-    return StepContext(params.controller.tolerances(), params.direction, config.spec, span)
+    tolerances = params.controller.tolerances()
+    return StepContext(tolerances, params.direction, config.spec, span, config.batched)
 
 
 def step(config: Config, params: Params, state: State) -> State:

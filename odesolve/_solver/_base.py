@@ -61,12 +61,15 @@ class StepContext(eqx.Module):
     - `span`: the length of the solve, |t1 - t0|, carrying no derivative (None where
       unknown): how many steps of a size fit it, for a solver whose errors add up
       step after step (`Reversible`).
+    - `batched`: the step runs for each sample of a `vmap` batch (explicit stages then
+      stay unrolled: see `_stage_loop`).
     """
 
     tolerances: tuple[Any, Any] | None
     direction: Any
     spec: FlatSpec | None = eqx.field(static=True)
     span: Any = None
+    batched: bool = eqx.field(static=True, default=False)
 
 
 class StartInput(eqx.Module):

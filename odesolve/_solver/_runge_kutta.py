@@ -2,7 +2,9 @@
 
 Stages are unrolled at trace time: the tableau is static, so each stage input
 `y0 + h * sum_j a_ij k_j` is a single fused elementwise expression with the zero
-coefficients dropped, and there is no stage loop for reverse mode to recompute.
+coefficients dropped, and there is no stage loop for reverse mode to recompute. A field
+that reads its state at other positions (a stencil) on a large state runs its stages in a
+loop instead (`_stage_loop`).
 """
 
 import abc
@@ -25,6 +27,7 @@ from ._base import (
     StepResult,
     _jump_flag,
 )
+from ._stage_loop import looped_stage_derivatives, loops_stages, padded, stage_input
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
@@ -93,6 +96,9 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     so is not evaluated without one. Explicit stages need no `given.context`."""
     vf, h, y0, args = given.vf, given.h, given.y0, given.args
     with_error = given.with_error
+    batched = given.context is not None and given.context.batched
+    if len(tableau.a) > 1 and not batched and loops_stages(vf, given.t0, y0, args):
+        return _looped_stages(tableau, given, last_stage)
     ks = [given.k0]
     stage_y = y0
     rows = len(tableau.a)
@@ -106,6 +112,26 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     y1 = stage_y if tableau.fsal else _combine(y0, hy, tableau.b, ks)
     y_error = None
     if with_error and tableau.b_error is not None:
+        y_error = hy * _combine(None, hy, tableau.b_error, ks)
+    return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
+
+
+def _looped_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool) -> Stages:
+    """`rk_stages` with the stage derivatives computed in a loop (see `_stage_loop`),
+    then combined as the unrolled stages combine them."""
+    y0, hy = given.y0, in_state_dtype(given.h, given.y0)
+    m = len(tableau.a)
+    if tableau.fsal and not (last_stage or given.with_error):
+        m -= 1
+    times = jnp.stack([given.stage_time(c) for c in tableau.c[1 : m + 1]])
+    buffer = looped_stage_derivatives(tableau, given.vf, times, y0, given.k0, hy, given.args)
+    ks = [buffer[i] for i in range(m + 1)]
+    if tableau.fsal:  # y1 is the last stage's input, as the loop formed it
+        y1 = stage_input(y0, hy, jnp.asarray(padded(tableau.a[-1], m + 1)), buffer)
+    else:
+        y1 = _combine(y0, hy, tableau.b, ks)
+    y_error = None
+    if given.with_error and tableau.b_error is not None:
         y_error = hy * _combine(None, hy, tableau.b_error, ks)
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
 

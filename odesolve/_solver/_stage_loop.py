@@ -1,0 +1,110 @@
+"""Explicit stages in a loop, for a field that reads its state at other positions.
+
+Unrolled stages (`rk_stages`) let XLA fuse each stage's combination with the field that
+follows it. For an elementwise field or a field made of matrix products that is the
+fastest form. For a field that reads an element's neighbours (a stencil written with
+`jnp.roll`, slices, padding or a gather: a discretised PDE), XLA fuses each stage's
+derivative into every later stage that reads it and, since the later stage reads it at
+several positions, computes it again for each: the work of a step then grows with the
+square of the number of stages, and its linearisation likewise. A reaction-diffusion
+field on 2,000 points took 1.9 times Diffrax's forward time and its gradient 1.2 times
+(see benchmarks/README.md, "Large states"). In a loop over the stages, as Diffrax runs
+them, each derivative is computed once into a row of a stage buffer.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Jaxpr, jaxprs_in_params
+from jaxtyping import Array, Float
+
+from ._tableau import ButcherTableau
+
+# Primitives that XLA fuses into their consumer and that read an element of their
+# operand at another position than the one they write.
+_MOVES_ELEMENTS = frozenset(
+    {"slice", "dynamic_slice", "gather", "concatenate", "pad", "rev", "transpose"}
+)
+# States of fewer elements keep unrolled stages: there the loop's own cost is about what
+# it saves (a reaction-diffusion field of 32 points: forward 0.40 of Diffrax's time
+# looped against 0.59 unrolled, its gradient 0.44 against 0.39; see benchmarks/README.md).
+MIN_LOOPED_ELEMENTS = 64
+
+
+def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
+    """Whether `jaxpr` applies a primitive of `_MOVES_ELEMENTS` to a value computed from
+    its inputs in `tainted` (the state)."""
+    tainted = set(tainted)
+    for eqn in jaxpr.eqns:
+        inputs = [v for v in eqn.invars if not hasattr(v, "val")]
+        touched = any(v in tainted for v in inputs)
+        if not touched:
+            continue
+        if eqn.primitive.name in _MOVES_ELEMENTS:
+            return True
+        for inner in jaxprs_in_params(eqn.params):
+            # A nested computation's inputs line up with the equation's last inputs
+            # (a `cond`'s index and a loop's constants come first).
+            offset = len(eqn.invars) - len(inner.invars)
+            inner_tainted = {
+                var
+                for var, outer in zip(inner.invars, eqn.invars[max(offset, 0) :])
+                if outer in tainted
+            }
+            if _reads_across(inner, inner_tainted):
+                return True
+        tainted.update(eqn.outvars)
+    return False
+
+
+def loops_stages(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> bool:
+    """Whether a step of field `vf` at state `y0` runs its stages in a loop: a state of
+    at least `MIN_LOOPED_ELEMENTS` elements and a field that reads it across positions."""
+    if y0.size < MIN_LOOPED_ELEMENTS:
+        return False
+    state = jax.ShapeDtypeStruct(y0.shape, y0.dtype)
+    time = jax.ShapeDtypeStruct(jnp.shape(t0), jnp.result_type(t0))
+    closed = jax.make_jaxpr(lambda t, y: vf(t, y, args))(time, state)
+    return _reads_across(closed.jaxpr, {closed.jaxpr.invars[1]})
+
+
+def stage_input(
+    y0: Float[Array, " n"], hy: Float[Array, ""], weights: Array, buffer: Float[Array, "m n"]
+) -> Float[Array, " n"]:
+    """y0 + h sum_j weights[j] buffer[j]."""
+    # A product at full precision: a GPU's default would round float32 to TF32. (A
+    # weighted sum over the rows as a reduction took twice the time on XLA:CPU.)
+    combined = jnp.dot(weights.astype(y0.dtype), buffer, precision=lax.Precision.HIGHEST)
+    return y0 + hy * combined
+
+
+def looped_stage_derivatives(
+    tableau: ButcherTableau,
+    vf,
+    stage_times: Float[Array, " m"],
+    y0: Float[Array, " n"],
+    k0: Float[Array, " n"],
+    hy: Float[Array, ""],
+    args,
+) -> Float[Array, "m+1 n"]:
+    """The stage derivatives k_0..k_m as rows of one buffer, k_i = vf(stage_times[i-1],
+    y0 + h sum_j a_ij k_j) computed in a `lax.scan` over i = 1..m (m <= s - 1)."""
+    m = stage_times.shape[0]
+    buffer = jnp.zeros((m + 1,) + y0.shape, y0.dtype).at[0].set(k0)
+
+    def stage(buffer: Array, given: tuple[Array, Array, Array]) -> tuple[Array, None]:
+        i, row, t = given
+        k = vf(t, stage_input(y0, hy, row, buffer), args).astype(buffer.dtype)
+        return lax.dynamic_update_index_in_dim(buffer, k, i, 0), None
+
+    rows = jnp.asarray([padded(row, m + 1) for row in tableau.a[:m]])
+    buffer, _ = lax.scan(stage, buffer, (jnp.arange(1, m + 1), rows, stage_times))
+    return buffer
+
+
+def padded(weights: tuple[float, ...], size: int) -> np.ndarray:
+    """`weights` followed by zeros, `size` entries."""
+    out = np.zeros(size)
+    out[: len(weights)] = weights
+    return out

@@ -1,0 +1,143 @@
+"""Explicit stages in a loop, for a field that reads a large state at other positions (a
+stencil): which fields loop, and that the loop changes neither the solution, nor the
+steps, nor any derivative, each checked against an independent reference."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+from helpers import EXPLICIT_SOLVERS, equations, solver_id
+
+import odesolve as ode
+from odesolve._solver import _stage_loop
+
+N = 96  # points of the discretised field: above the size from which stages loop
+T1 = 0.05
+ARGS = (jnp.asarray(30.0), jnp.asarray(2.0))
+
+
+def heat(t, y, args):
+    """Reaction-diffusion on a periodic grid: the stencil reads each point's neighbours."""
+    d, r = args
+    return d * (jnp.roll(y, 1) - 2 * y + jnp.roll(y, -1)) + r * y * (1 - y)
+
+
+def initial(n: int = N):
+    x = jnp.linspace(0.0, 1.0, n)
+    return jnp.exp(-30 * (x - 0.5) ** 2)
+
+
+def _loops(field, y, args=ARGS) -> bool:
+    return _stage_loop.loops_stages(field, jnp.zeros(()), y, args)
+
+
+def test_which_fields_loop():
+    y = jnp.ones(N)
+    assert _loops(heat, y)
+    assert not _loops(heat, jnp.ones(16)), "a small state keeps unrolled stages"
+    assert not _loops(lambda t, y, a: a[0] * y * (1 - y) - jnp.sin(y), y), "elementwise"
+    assert not _loops(lambda t, y, a: jnp.tanh(a @ y), y, jnp.eye(N)), "a matrix product"
+    # Slicing the parameters, not the state, reads no element of the state elsewhere.
+    assert not _loops(lambda t, y, a: jnp.sum(a[: N // 2]) * y, y, jnp.ones(N))
+    assert _loops(lambda t, y, a: y.at[1:].add(-y[:-1]), y), "indexed update"
+    assert _loops(lambda t, y, a: jax.jit(heat)(t, y, a), y), "inside a jit"
+    branchy = lambda t, y, a: jax.lax.cond(t > 0, heat, lambda t, y, a: -y, t, y, a)
+    assert _loops(branchy, y), "inside a cond"
+
+
+def _solve(solver, y0, adjoint=ode.RecursiveCheckpointAdjoint(), args=ARGS, lib=ode):
+    adaptive = solver.adaptive if lib is ode else True
+    controller = lib.PIDController(rtol=1e-8, atol=1e-8) if adaptive else lib.ConstantStepSize()
+    return lib.diffeqsolve(
+        lib.ODETerm(heat), solver, 0.0, T1, 1e-4 if adaptive else T1 / 400, y0, args,
+        stepsize_controller=controller, saveat=lib.SaveAt(ts=jnp.linspace(0.0, T1, 5)),
+        adjoint=adjoint, max_steps=100_000,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference():
+    d, r = (float(a) for a in ARGS)
+    ys = scipy.integrate.solve_ivp(
+        lambda t, y: d * (np.roll(y, 1) - 2 * y + np.roll(y, -1)) + r * y * (1 - y),
+        (0.0, T1), np.asarray(initial()), method="DOP853", rtol=1e-13, atol=1e-13,
+        t_eval=np.linspace(0.0, T1, 5),
+    ).y.T  # fmt: skip
+    return ys
+
+
+def _scans(solver, y0) -> int:
+    jaxpr = jax.make_jaxpr(lambda y: _solve(solver, y).ys)(y0)
+    return sum(e.primitive.name == "scan" for e in equations(jaxpr))
+
+
+def _unrolled(monkeypatch) -> None:
+    """Stages unrolled from here on, traces made before forgotten."""
+    monkeypatch.setattr(_stage_loop, "MIN_LOOPED_ELEMENTS", 10**9)
+    jax.clear_caches()
+
+
+@pytest.mark.parametrize("entry", EXPLICIT_SOLVERS, ids=solver_id)
+def test_looped_stages_keep_the_solution_and_steps(entry, reference, monkeypatch):
+    solver, order = entry
+    looped, loops = _solve(solver, initial()), _scans(solver, initial())
+    _unrolled(monkeypatch)
+    unrolled = _solve(solver, initial())
+    if len(solver.tableau.a) > 1:  # two stages or one: nothing worth a loop
+        assert _scans(solver, initial()) < loops
+    assert int(looped.stats["num_steps"]) == int(unrolled.stats["num_steps"])
+    np.testing.assert_allclose(looped.ys, unrolled.ys, rtol=1e-12, atol=1e-14)
+    error = float(jnp.max(jnp.abs(looped.ys - reference)))
+    assert error < (1e-6 if order >= 3 else 1e-2 if order == 1 else 2e-4), error
+
+
+def test_the_solve_runs_its_stages_in_a_loop():
+    assert _scans(ode.Tsit5(), initial()) > _scans(ode.Tsit5(), initial(16))
+
+
+def _loss(y0, adjoint=ode.RecursiveCheckpointAdjoint(), lib=ode):
+    solver = lib.Tsit5()
+    return lambda args: jnp.sum(_solve(solver, y0, adjoint, args, lib).ys ** 2)
+
+
+def test_gradient_against_diffrax_and_differences():
+    ours = jax.jit(jax.grad(_loss(initial())))(ARGS)
+    theirs = jax.grad(_loss(initial(), diffrax.RecursiveCheckpointAdjoint(), diffrax))(ARGS)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+    loss = _loss(initial())
+    for i in range(2):
+        step = 1e-5 * float(ARGS[i])
+        up = tuple(a + step * (j == i) for j, a in enumerate(ARGS))
+        down = tuple(a - step * (j == i) for j, a in enumerate(ARGS))
+        central = (loss(up) - loss(down)) / (2 * step)
+        np.testing.assert_allclose(ours[i], central, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [ode.DirectAdjoint(), ode.BacksolveAdjoint(), ode.ForwardMode()],
+    ids=["direct", "backsolve", "forward"],
+)
+def test_every_adjoint_and_order_agrees(adjoint):
+    expected = jax.grad(_loss(initial()))(ARGS)
+    loss = _loss(initial(), adjoint)
+    if isinstance(adjoint, ode.ForwardMode):
+        got = jax.jit(jax.jacfwd(loss))(ARGS)
+    else:
+        got = jax.grad(jax.jit(loss))(ARGS)
+    rtol = 1e-5 if isinstance(adjoint, ode.BacksolveAdjoint) else 1e-9
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=rtol)
+
+
+def test_vmap_of_grad_equals_each_sample():
+    """Under `vmap` stages stay unrolled; each sample's gradient equals the looped one."""
+    scales = jnp.asarray([0.5, 1.0])
+    per_sample = lambda s: jax.grad(_loss(s * initial()))(ARGS)
+    batched = jax.vmap(per_sample)(scales)
+    for k, s in enumerate(scales):
+        for a, b in zip(batched, per_sample(s)):
+            np.testing.assert_allclose(a[k], b, rtol=1e-9)
