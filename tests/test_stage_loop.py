@@ -37,6 +37,8 @@ def test_which_fields_loop():
     y = jnp.ones(N)
     assert _loops(heat, y)
     assert not _loops(heat, jnp.ones(16)), "a small state keeps unrolled stages"
+    assert not _loops(heat, jnp.ones(8192)), "and so does a state of 64 KiB"
+    assert _loops(heat, jnp.ones(8192, jnp.float32)), "32 KiB of float32"
     assert not _loops(lambda t, y, a: a[0] * y * (1 - y) - jnp.sin(y), y), "elementwise"
     assert not _loops(lambda t, y, a: jnp.tanh(a @ y), y, jnp.eye(N)), "a matrix product"
     # Slicing the parameters, not the state, reads no element of the state elsewhere.

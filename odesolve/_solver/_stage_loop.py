@@ -9,7 +9,8 @@ several positions, computes it again for each: the work of a step then grows wit
 square of the number of stages, and its linearisation likewise. A reaction-diffusion
 field on 2,000 points took 1.9 times Diffrax's forward time and its gradient 1.2 times
 (see benchmarks/README.md, "Large states"). In a loop over the stages, as Diffrax runs
-them, each derivative is computed once into a row of a stage buffer.
+them, each derivative is computed once into a row of a stage buffer. On much larger
+states the buffer's traffic costs more than the recomputation, and stages stay unrolled.
 """
 
 import jax
@@ -30,6 +31,10 @@ _MOVES_ELEMENTS = frozenset(
 # it saves (a reaction-diffusion field of 32 points: forward 0.40 of Diffrax's time
 # looped against 0.59 unrolled, its gradient 0.44 against 0.39; see benchmarks/README.md).
 MIN_LOOPED_ELEMENTS = 64
+# ...and states of more bytes too: there the loop's traffic through its stage buffer
+# costs more than the recomputation (gradients of the same field, 4,000 points: equal; 6,000
+# points: 1.11 of Diffrax's time looped against 0.70 unrolled; 20,000: 1.20 against 0.58).
+MAX_LOOPED_BYTES = 32 * 1024
 
 
 def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
@@ -60,8 +65,9 @@ def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
 
 def loops_stages(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> bool:
     """Whether a step of field `vf` at state `y0` runs its stages in a loop: a state of
-    at least `MIN_LOOPED_ELEMENTS` elements and a field that reads it across positions."""
-    if y0.size < MIN_LOOPED_ELEMENTS:
+    `MIN_LOOPED_ELEMENTS` elements to `MAX_LOOPED_BYTES` bytes and a field that reads it
+    across positions."""
+    if not MIN_LOOPED_ELEMENTS <= y0.size <= MAX_LOOPED_BYTES // y0.dtype.itemsize:
         return False
     state = jax.ShapeDtypeStruct(y0.shape, y0.dtype)
     time = jax.ShapeDtypeStruct(jnp.shape(t0), jnp.result_type(t0))
