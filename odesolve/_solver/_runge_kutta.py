@@ -27,7 +27,7 @@ from ._base import (
     StepResult,
     _jump_flag,
 )
-from ._stage_loop import looped_stage_derivatives, loops_stages, padded, stage_input
+from ._stage_loop import StageLoop, looped_stage_derivatives, padded, stage_input, stage_loop
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
@@ -94,11 +94,21 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     """Take one step of `tableau` given k0 = f(t0, y0). `last_stage=False`: a first
     same as last tableau's last stage, f(t1, y1), is only wanted for the error estimate,
     so is not evaluated without one. Explicit stages need no `given.context`."""
+    batched = given.context is not None and given.context.batched
+    if len(tableau.a) < 2 or batched:
+        return _unrolled_stages(tableau, given, last_stage)
+    loop = stage_loop(given.vf, given.t0, given.y0, given.args)
+    if loop is StageLoop.ALWAYS:
+        return _looped_stages(tableau, given, last_stage)
+    if loop is StageLoop.FORWARD:
+        return _looped_forward(given, tableau=tableau, last_stage=last_stage)
+    return _unrolled_stages(tableau, given, last_stage)
+
+
+def _unrolled_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool) -> Stages:
+    """`rk_stages` with the stages unrolled."""
     vf, h, y0, args = given.vf, given.h, given.y0, given.args
     with_error = given.with_error
-    batched = given.context is not None and given.context.batched
-    if len(tableau.a) > 1 and not batched and loops_stages(vf, given.t0, y0, args):
-        return _looped_stages(tableau, given, last_stage)
     ks = [given.k0]
     stage_y = y0
     rows = len(tableau.a)
@@ -134,6 +144,21 @@ def _looped_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool
     if given.with_error and tableau.b_error is not None:
         y_error = hy * _combine(None, hy, tableau.b_error, ks)
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
+
+
+@eqx.filter_custom_jvp
+def _looped_forward(given: StagesInput, *, tableau: ButcherTableau, last_stage: bool) -> Stages:
+    """Stages computed in a loop and differentiated as unrolled stages: on a small state
+    the loop is the faster step and the unrolled stages the faster linearisation (see
+    `_stage_loop`)."""
+    return _looped_stages(tableau, given, last_stage)
+
+
+@_looped_forward.def_jvp
+def _looped_forward_jvp(primals, tangents, *, tableau: ButcherTableau, last_stage: bool):
+    (given,), (t_given,) = primals, tangents
+    unrolled = lambda g: _unrolled_stages(tableau, g, last_stage)  # noqa: E731
+    return eqx.filter_jvp(unrolled, (given,), (t_given,))
 
 
 # Functions that map another spelling of a subclass's `tableau` onto the engines' own,

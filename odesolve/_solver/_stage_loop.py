@@ -13,6 +13,8 @@ them, each derivative is computed once into a row of a stage buffer. On much lar
 states the buffer's traffic costs more than the recomputation, and stages stay unrolled.
 """
 
+import enum
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,14 +29,29 @@ from ._tableau import ButcherTableau
 _MOVES_ELEMENTS = frozenset(
     {"slice", "dynamic_slice", "gather", "concatenate", "pad", "rev", "transpose"}
 )
-# States of fewer elements keep unrolled stages: there the loop's own cost is about what
-# it saves (a reaction-diffusion field of 32 points: forward 0.40 of Diffrax's time
-# looped against 0.59 unrolled, its gradient 0.44 against 0.39; see benchmarks/README.md).
-MIN_LOOPED_ELEMENTS = 64
-# ...and states of more bytes too: there the loop's traffic through its stage buffer
-# costs more than the recomputation (gradients of the same field, 4,000 points: equal; 6,000
-# points: 1.11 of Diffrax's time looped against 0.70 unrolled; 20,000: 1.20 against 0.58).
+# From this many elements a step's stages run in a loop where it is not differentiated,
+# and are linearised unrolled: measured in one process against Diffrax, a stencil's
+# forward solve on 16 to 200 points took 0.36-0.82 of Diffrax's time looped against
+# 0.48-1.42 unrolled, and its gradient 0.24-0.58 with this linearisation against
+# 0.23-0.65 unrolled and 0.32-0.59 with the loop linearised too (benchmarks/README.md).
+MIN_LOOPED_FORWARD = 16
+# From this many the loop is linearised too: on 2,000 points the gradient took 1.04 of
+# Diffrax's time so, 1.12 with the unrolled linearisation, 1.36 unrolled throughout.
+MIN_LOOPED_ELEMENTS = 1024
+# Up to this many bytes of state: beyond, the loop's traffic through its stage buffer
+# costs more than the recomputation (gradients of the same field, 4,000 points: equal;
+# 6,000 points: 1.11 of Diffrax's time looped against 0.70 unrolled; 20,000: 1.20
+# against 0.58).
 MAX_LOOPED_BYTES = 32 * 1024
+
+
+class StageLoop(enum.Enum):
+    """Where a step's stages run in a loop: nowhere, in the step only (linearised
+    unrolled), or always."""
+
+    NEVER = enum.auto()
+    FORWARD = enum.auto()
+    ALWAYS = enum.auto()
 
 
 def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
@@ -63,16 +80,17 @@ def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
     return False
 
 
-def loops_stages(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> bool:
-    """Whether a step of field `vf` at state `y0` runs its stages in a loop: a state of
-    `MIN_LOOPED_ELEMENTS` elements to `MAX_LOOPED_BYTES` bytes and a field that reads it
-    across positions."""
-    if not MIN_LOOPED_ELEMENTS <= y0.size <= MAX_LOOPED_BYTES // y0.dtype.itemsize:
-        return False
+def stage_loop(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> StageLoop:
+    """Where a step of field `vf` at state `y0` runs its stages in a loop: for a field
+    that reads the state across positions, by the state's size (see the bounds above)."""
+    if not MIN_LOOPED_FORWARD <= y0.size <= MAX_LOOPED_BYTES // y0.dtype.itemsize:
+        return StageLoop.NEVER
     state = jax.ShapeDtypeStruct(y0.shape, y0.dtype)
     time = jax.ShapeDtypeStruct(jnp.shape(t0), jnp.result_type(t0))
     closed = jax.make_jaxpr(lambda t, y: vf(t, y, args))(time, state)
-    return _reads_across(closed.jaxpr, {closed.jaxpr.invars[1]})
+    if not _reads_across(closed.jaxpr, {closed.jaxpr.invars[1]}):
+        return StageLoop.NEVER
+    return StageLoop.ALWAYS if y0.size >= MIN_LOOPED_ELEMENTS else StageLoop.FORWARD
 
 
 def stage_input(
