@@ -9,8 +9,10 @@ several positions, computes it again for each: the work of a step then grows wit
 square of the number of stages, and its linearisation likewise. A reaction-diffusion
 field on 2,000 points took 1.9 times Diffrax's forward time and its gradient 1.2 times
 (see benchmarks/README.md, "Large states"). In a loop over the stages, as Diffrax runs
-them, each derivative is computed once into a row of a stage buffer. On much larger
-states the buffer's traffic costs more than the recomputation, and stages stay unrolled.
+them, each derivative is computed once into a row of a stage buffer. On a smaller state
+the unrolled linearisation is still the faster one, so there the step loops and its
+derivatives are taken through the unrolled stages; on much larger states the buffer's
+traffic costs more than the recomputation, and stages stay unrolled.
 """
 
 import enum
