@@ -53,6 +53,8 @@ def test_which_fields_loop():
     assert not _loops(lambda t, y, a: jnp.sum(a[: N // 2]) * y, y, jnp.ones(N))
     assert _loops(lambda t, y, a: y.at[1:].add(-y[:-1]), y), "indexed update"
     assert _loops(lambda t, y, a: jax.jit(heat)(t, y, a), y), "inside a jit"
+    scaled = lambda t, y, a: jax.jit(lambda c, y: c * jnp.roll(y, 1))(2.0, y)
+    assert _loops(scaled, y), "inside a jit given a number (a literal)"
     branchy = lambda t, y, a: jax.lax.cond(t > 0, heat, lambda t, y, a: -y, t, y, a)
     assert _loops(branchy, y), "inside a cond"
 

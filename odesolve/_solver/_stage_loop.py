@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import Jaxpr, jaxprs_in_params
+from jax.extend.core import Jaxpr, Literal, jaxprs_in_params
 from jaxtyping import Array, Float
 
 from ._tableau import ButcherTableau
@@ -60,10 +60,9 @@ def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
     """Whether `jaxpr` applies a primitive of `_MOVES_ELEMENTS` to a value computed from
     its inputs in `tainted` (the state)."""
     tainted = set(tainted)
+    computed = lambda var: not isinstance(var, Literal) and var in tainted  # noqa: E731
     for eqn in jaxpr.eqns:
-        inputs = [v for v in eqn.invars if not hasattr(v, "val")]
-        touched = any(v in tainted for v in inputs)
-        if not touched:
+        if not any(computed(var) for var in eqn.invars):
             continue
         if eqn.primitive.name in _MOVES_ELEMENTS:
             return True
@@ -74,7 +73,7 @@ def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
             inner_tainted = {
                 var
                 for var, outer in zip(inner.invars, eqn.invars[max(offset, 0) :])
-                if outer in tainted
+                if computed(outer)
             }
             if _reads_across(inner, inner_tainted):
                 return True
