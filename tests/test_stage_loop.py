@@ -1,7 +1,6 @@
 """Explicit stages in a loop, for a field that reads a large state at other positions (a
-stencil): which fields loop, and that the loop (in the step only, or linearised too)
-changes neither the solution, nor the steps, nor any derivative, each checked against an
-independent reference."""
+stencil): which fields loop, and that the loop changes neither the solution, nor the
+steps, nor any derivative, each checked against an independent reference."""
 
 import diffrax
 import jax
@@ -13,10 +12,11 @@ from helpers import EXPLICIT_SOLVERS, equations, solver_id
 
 import odesolve as ode
 from odesolve._solver import _stage_loop
+from odesolve.bench._test_set import PROBLEMS
 
-# Points of the discretised field: stages looped in the step only, and looped always.
-SIZES = {"forward": 96, "always": 1536}
-N = SIZES["forward"]
+# Points of the discretised field, both above the size from which stages loop.
+SIZES = {"small": 96, "large": 1536}
+N = SIZES["small"]
 T1 = 0.05
 ARGS = (jnp.asarray(30.0), jnp.asarray(2.0))
 
@@ -32,19 +32,17 @@ def initial(n: int = N):
     return jnp.exp(-30 * (x - 0.5) ** 2)
 
 
-def _where(field, y, args=ARGS) -> _stage_loop.StageLoop:
-    return _stage_loop.stage_loop(field, jnp.zeros(()), y, args)
-
-
 def _loops(field, y, args=ARGS) -> bool:
-    return _where(field, y, args) is not _stage_loop.StageLoop.NEVER
+    return _stage_loop.loops_stages(field, jnp.zeros(()), y, args)
 
 
 def test_which_fields_loop():
     y = jnp.ones(N)
-    assert _where(heat, y) is _stage_loop.StageLoop.FORWARD
-    assert _where(heat, jnp.ones(SIZES["always"])) is _stage_loop.StageLoop.ALWAYS
+    assert _loops(heat, y) and _loops(heat, jnp.ones(SIZES["large"]))
     assert not _loops(heat, jnp.ones(8)), "a small state keeps unrolled stages"
+    pleiades = PROBLEMS["Pleiades"]
+    bodies = lambda t, y, a: jnp.stack(pleiades.rhs(t, y, jnp))
+    assert _loops(bodies, jnp.asarray(pleiades.y0)), "each body reads every other"
     assert not _loops(heat, jnp.ones(8192)), "and so does a state of 64 KiB"
     assert _loops(heat, jnp.ones(8192, jnp.float32)), "32 KiB of float32"
     assert not _loops(lambda t, y, a: a[0] * y * (1 - y) - jnp.sin(y), y), "elementwise"
@@ -87,7 +85,6 @@ def _scans(solver, y0) -> int:
 
 def _unrolled(monkeypatch) -> None:
     """Stages unrolled from here on, traces made before forgotten."""
-    monkeypatch.setattr(_stage_loop, "MIN_LOOPED_FORWARD", 10**9)
     monkeypatch.setattr(_stage_loop, "MIN_LOOPED_ELEMENTS", 10**9)
     jax.clear_caches()
 
@@ -130,13 +127,13 @@ def test_gradient_against_diffrax_and_differences(n):
         np.testing.assert_allclose(ours[i], central, rtol=1e-6)
 
 
-# The default suite runs the looped step linearised unrolled (`n` forward) with each
-# adjoint but `DirectAdjoint`; `-m matrix` the rest.
+# The default suite runs the smaller state with each adjoint but `DirectAdjoint`;
+# `-m matrix` the rest.
 _HEAVY = pytest.mark.matrix
 
 
 @pytest.mark.parametrize(
-    "n", [SIZES["forward"], pytest.param(SIZES["always"], marks=_HEAVY)], ids=SIZES.keys()
+    "n", [SIZES["small"], pytest.param(SIZES["large"], marks=_HEAVY)], ids=SIZES.keys()
 )
 @pytest.mark.parametrize(
     "adjoint",
@@ -170,7 +167,7 @@ def test_vmap_of_grad_equals_each_sample():
 
 
 @pytest.mark.parametrize(
-    "n", [SIZES["forward"], pytest.param(SIZES["always"], marks=_HEAVY)], ids=SIZES.keys()
+    "n", [SIZES["small"], pytest.param(SIZES["large"], marks=_HEAVY)], ids=SIZES.keys()
 )
 def test_second_derivatives_and_leaks(n):
     """Forward over reverse through looped stages, traced with the leak checker on,

@@ -27,7 +27,7 @@ from ._base import (
     StepResult,
     _jump_flag,
 )
-from ._stage_loop import StageLoop, looped_stage_derivatives, padded, stage_input, stage_loop
+from ._stage_loop import looped_stage_derivatives, loops_stages, padded, stage_input
 from ._tableau import ButcherTableau, ImplicitTableau
 
 
@@ -97,11 +97,8 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     batched = given.context is not None and given.context.batched
     if len(tableau.a) < 2 or batched:
         return _unrolled_stages(tableau, given, last_stage)
-    loop = stage_loop(given.vf, given.t0, given.y0, given.args)
-    if loop is StageLoop.ALWAYS:
+    if loops_stages(given.vf, given.t0, given.y0, given.args):
         return _looped_stages(tableau, given, last_stage)
-    if loop is StageLoop.FORWARD:
-        return _looped_forward(given, tableau=tableau, last_stage=last_stage)
     return _unrolled_stages(tableau, given, last_stage)
 
 
@@ -144,21 +141,6 @@ def _looped_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool
     if given.with_error and tableau.b_error is not None:
         y_error = hy * _combine(None, hy, tableau.b_error, ks)
     return Stages(y1=y1, y_error=y_error, ks=tuple(ks))
-
-
-@eqx.filter_custom_jvp
-def _looped_forward(given: StagesInput, *, tableau: ButcherTableau, last_stage: bool) -> Stages:
-    """Stages computed in a loop and differentiated as unrolled stages: on a small state
-    the loop is the faster step and the unrolled stages the faster linearisation (see
-    `_stage_loop`)."""
-    return _looped_stages(tableau, given, last_stage)
-
-
-@_looped_forward.def_jvp
-def _looped_forward_jvp(primals, tangents, *, tableau: ButcherTableau, last_stage: bool):
-    (given,), (t_given,) = primals, tangents
-    unrolled = lambda g: _unrolled_stages(tableau, g, last_stage)  # noqa: E731
-    return eqx.filter_jvp(unrolled, (given,), (t_given,))
 
 
 # Functions that map another spelling of a subclass's `tableau` onto the engines' own,

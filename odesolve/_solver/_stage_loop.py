@@ -9,13 +9,9 @@ several positions, computes it again for each: the work of a step then grows wit
 square of the number of stages, and its linearisation likewise. A reaction-diffusion
 field on 2,000 points took 1.9 times Diffrax's forward time and its gradient 1.2 times
 (see benchmarks/README.md, "Large states"). In a loop over the stages, as Diffrax runs
-them, each derivative is computed once into a row of a stage buffer. On a smaller state
-the unrolled linearisation is still the faster one, so there the step loops and its
-derivatives are taken through the unrolled stages; on much larger states the buffer's
-traffic costs more than the recomputation, and stages stay unrolled.
+them, each derivative is computed once into a row of a stage buffer. On much larger
+states the buffer's traffic costs more than the recomputation, and stages stay unrolled.
 """
-
-import enum
 
 import jax
 import jax.numpy as jnp
@@ -31,29 +27,18 @@ from ._tableau import ButcherTableau
 _MOVES_ELEMENTS = frozenset(
     {"slice", "dynamic_slice", "gather", "concatenate", "pad", "rev", "transpose"}
 )
-# From this many elements a step's stages run in a loop where it is not differentiated,
-# and are linearised unrolled: measured in one process against Diffrax, a stencil's
-# forward solve on 16 to 200 points took 0.36-0.82 of Diffrax's time looped against
-# 0.48-1.42 unrolled, and its gradient 0.24-0.58 with this linearisation against
-# 0.23-0.65 unrolled and 0.32-0.59 with the loop linearised too (benchmarks/README.md).
-MIN_LOOPED_FORWARD = 16
-# From this many the loop is linearised too: on 2,000 points the gradient took 1.04 of
-# Diffrax's time so, 1.12 with the unrolled linearisation, 1.36 unrolled throughout.
-MIN_LOOPED_ELEMENTS = 1024
+# States of fewer elements keep unrolled stages (a handful of operations a step, which
+# the loop's iterations would not pay for). Measured in one process against Diffrax, the
+# looped forward solve / gradient took: a stencil of 16 to 96 points 0.32-0.50 / 0.32-0.46
+# of Diffrax's time (unrolled 0.48-0.98 / 0.23-0.44); Pleiades (28 elements, each body
+# reading every other) 1.06 / 1.03 (unrolled 1.14 / 1.78); a stencil of 200 points 0.82 /
+# 0.59 (1.42 / 0.65), of 2,000 points 0.75 / 1.04 (1.38 / 1.36). See benchmarks/README.md.
+MIN_LOOPED_ELEMENTS = 16
 # Up to this many bytes of state: beyond, the loop's traffic through its stage buffer
 # costs more than the recomputation (gradients of the same field, 4,000 points: equal;
 # 6,000 points: 1.11 of Diffrax's time looped against 0.70 unrolled; 20,000: 1.20
 # against 0.58).
 MAX_LOOPED_BYTES = 32 * 1024
-
-
-class StageLoop(enum.Enum):
-    """Where a step's stages run in a loop: nowhere, in the step only (linearised
-    unrolled), or always."""
-
-    NEVER = enum.auto()
-    FORWARD = enum.auto()
-    ALWAYS = enum.auto()
 
 
 def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
@@ -81,17 +66,16 @@ def _reads_across(jaxpr: Jaxpr, tainted: set) -> bool:
     return False
 
 
-def stage_loop(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> StageLoop:
-    """Where a step of field `vf` at state `y0` runs its stages in a loop: for a field
-    that reads the state across positions, by the state's size (see the bounds above)."""
-    if not MIN_LOOPED_FORWARD <= y0.size <= MAX_LOOPED_BYTES // y0.dtype.itemsize:
-        return StageLoop.NEVER
+def loops_stages(vf, t0: Float[Array, ""], y0: Float[Array, " n"], args) -> bool:
+    """Whether a step of field `vf` at state `y0` runs its stages in a loop: a state of
+    `MIN_LOOPED_ELEMENTS` elements to `MAX_LOOPED_BYTES` bytes and a field that reads it
+    across positions."""
+    if not MIN_LOOPED_ELEMENTS <= y0.size <= MAX_LOOPED_BYTES // y0.dtype.itemsize:
+        return False
     state = jax.ShapeDtypeStruct(y0.shape, y0.dtype)
     time = jax.ShapeDtypeStruct(jnp.shape(t0), jnp.result_type(t0))
     closed = jax.make_jaxpr(lambda t, y: vf(t, y, args))(time, state)
-    if not _reads_across(closed.jaxpr, {closed.jaxpr.invars[1]}):
-        return StageLoop.NEVER
-    return StageLoop.ALWAYS if y0.size >= MIN_LOOPED_ELEMENTS else StageLoop.FORWARD
+    return _reads_across(closed.jaxpr, {closed.jaxpr.invars[1]})
 
 
 def stage_input(
