@@ -95,15 +95,12 @@ def rk_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool = Tr
     same as last tableau's last stage, f(t1, y1), is only wanted for the error estimate,
     so is not evaluated without one. Explicit stages need no `given.context`."""
     batched = given.context is not None and given.context.batched
-    if len(tableau.a) < 2 or batched:
-        return _unrolled_stages(tableau, given, last_stage)
-    if loops_stages(given.vf, given.t0, given.y0, given.args):
+    if (
+        len(tableau.a) > 1
+        and not batched
+        and loops_stages(given.vf, given.t0, given.y0, given.args)
+    ):
         return _looped_stages(tableau, given, last_stage)
-    return _unrolled_stages(tableau, given, last_stage)
-
-
-def _unrolled_stages(tableau: ButcherTableau, given: StagesInput, last_stage: bool) -> Stages:
-    """`rk_stages` with the stages unrolled."""
     vf, h, y0, args = given.vf, given.h, given.y0, given.args
     with_error = given.with_error
     ks = [given.k0]
