@@ -156,14 +156,66 @@ def test_every_adjoint_and_order_agrees(adjoint, n):
         np.testing.assert_allclose(a, b, rtol=rtol)
 
 
-def test_vmap_of_grad_equals_each_sample():
-    """Under `vmap` stages stay unrolled; each sample's gradient equals the looped one."""
-    scales = jnp.asarray([0.5, 1.0])
-    per_sample = lambda s: jax.grad(_loss(s * initial()))(ARGS)
-    batched = jax.vmap(per_sample)(scales)
-    for k, s in enumerate(scales):
-        for a, b in zip(batched, per_sample(s)):
-            np.testing.assert_allclose(a[k], b, rtol=1e-9)
+SCALES = jnp.asarray([0.5, 1.0])  # two samples: initial states s * initial()
+RATES = jnp.asarray([1.0, 1.5])  # two samples: reaction rates
+
+
+def _gradient(scale, rate):
+    """One sample's gradient in the parameters (d, r) at r = ARGS[1] * rate, alone: stages
+    looped (checked against Diffrax and differences above)."""
+    args = (ARGS[0], ARGS[1] * rate)
+    return jnp.stack(jax.grad(_loss(scale * initial()))(args))
+
+
+# Every order users write, each against the looped gradient one sample at a time; under
+# `vmap` stages stay unrolled. (name, batched result, [expected per sample] or summed.)
+ORDERS = {
+    "vmap(grad) shared": lambda: (
+        jax.vmap(lambda s: _gradient(s, 1.0))(SCALES),
+        [_gradient(s, 1.0) for s in SCALES],
+    ),
+    "vmap(grad) batched": lambda: (
+        jax.vmap(_gradient)(SCALES, RATES),
+        [_gradient(s, c) for s, c in zip(SCALES, RATES)],
+    ),
+    "grad(vmap)": lambda: (
+        jnp.stack(jax.grad(lambda a: jnp.sum(_batched_args(a)))(ARGS))[None],
+        [sum(_gradient(s, 1.0) for s in SCALES)],
+    ),
+    "vmap(vmap(grad))": lambda: (
+        jax.vmap(jax.vmap(_gradient, (0, None)), (None, 0))(SCALES, RATES).reshape(4, 2),
+        [_gradient(s, c) for c in RATES for s in SCALES],
+    ),
+    "jacrev": lambda: (
+        jnp.stack(jax.jacrev(_loss(initial()))(ARGS))[None],
+        [_gradient(1.0, 1.0)],
+    ),
+    "jit(jvp) ForwardMode": lambda: (
+        jnp.stack([_jvp(direction) for direction in ((1.0, 0.0), (0.0, 1.0))])[None],
+        [_gradient(1.0, 1.0)],
+    ),
+}
+
+
+def _batched_args(args):
+    return jax.vmap(lambda s: _loss(s * initial())(args))(SCALES)
+
+
+@jax.jit
+def _jvp(direction):
+    loss = _loss(initial(), ode.ForwardMode())
+    tangent = tuple(jnp.asarray(d, a.dtype) for d, a in zip(direction, ARGS))
+    return jax.jvp(loss, (ARGS,), (tangent,))[1]
+
+
+@pytest.mark.parametrize(
+    "order",
+    [pytest.param(name, marks=_HEAVY if "vmap(vmap" in name else ()) for name in ORDERS],
+)
+def test_every_transformation_order(order):
+    got, expected = ORDERS[order]()
+    for k, want in enumerate(expected):
+        np.testing.assert_allclose(got[k], want, rtol=1e-9)
 
 
 @pytest.mark.parametrize(
