@@ -44,7 +44,14 @@ from ._solution import Solution
 from ._solver._base import AbstractSolver
 from ._solver._user import OwnTerms, loop_solver
 from ._term import ODETerm
-from ._validate import Inputs, check_kinds, check_time_values, normalise_inputs, time_arrays
+from ._validate import (
+    MOST_STEPS,
+    Inputs,
+    check_kinds,
+    check_time_values,
+    normalise_inputs,
+    time_arrays,
+)
 
 
 def diffeqsolve(
@@ -139,7 +146,7 @@ def diffeqsolve(
         sol = cached_call(_diffeqsolve, call)
     if sol is None:  # inside a transformation, or times given as arrays
         sol = _diffeqsolve(**call)
-    if max_steps is not None and max_steps > _MOST_STEPS:
+    if max_steps is not None and max_steps > MOST_STEPS:
         sol = eqx.tree_at(lambda s: s.stats["max_steps"], sol, max_steps)
     # A wrong input raises whatever `throw` is, as in Diffrax (checked here when it was
     # traced; a concrete one was refused before solving).
@@ -230,7 +237,7 @@ def _diffeqsolve(
         meter=progress_meter,
         # Step counters are int32: a larger bound (never reached: a billion steps) is
         # that many, rather than a count that wraps.
-        max_steps=None if max_steps is None else min(max_steps, _MOST_STEPS),
+        max_steps=None if max_steps is None else min(max_steps, MOST_STEPS),
         throw=throw,
     )
     known = _Known(
@@ -248,9 +255,6 @@ def _diffeqsolve(
     if adjoint.differentiates_steady_state() and jtu.tree_leaves(y0):
         sol = _steady_state_derivative.with_steady_state_derivative(sol, terms, args, adjoint)
     return sol
-
-
-_MOST_STEPS = 2**30
 
 
 def _call_with_no_state(terms: Any, t0: Any, y0: PyTree, args: PyTree) -> None:
@@ -374,7 +378,7 @@ def _solve(given: _Given, how: _How, known: _Known) -> Solution:
         controller=controller.wrap(jnp.asarray(direction, time_dtype)),
         t_start=direction * t0,
         t_end=direction * t1,
-        save_ts=_saving.save_times(saveat, direction, time_dtype),
+        save_ts=_saving.save_times(saveat, direction, time_dtype, direction * t0, direction * t1),
         direction=direction,
         dt0=None if dt0 is None else direction * dt0,
         conditions=conditions,

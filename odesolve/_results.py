@@ -58,6 +58,8 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     - `too_many_rejected_steps`: more steps were rejected in a row than
       `ClipStepSizeController(store_rejected_steps=n)` remembers.
     - `nonfinite_event_condition`: an `Event`'s real condition returned NaN.
+    - `invalid_tolerances`: traced `rtol` or `atol` hold a negative, NaN or infinite
+      value.
 
     `RESULTS["max_steps_reached"]` is the member, and `RESULTS[code]` for a code such as
     `sol.result` is its message (as in Diffrax), also `RESULTS.x.message`. Test a code,
@@ -78,6 +80,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     nonlinear_divergence = 11
     too_many_rejected_steps = 12
     nonfinite_event_condition = 13
+    invalid_tolerances = 14
 
     @property
     def message(self) -> str:
@@ -152,6 +155,11 @@ _MESSAGES = {
     RESULTS.too_many_rejected_steps: (
         "More steps were rejected in a row than ClipStepSizeController(store_rejected_steps"
         "=n) remembers. Pass a larger n, or None: an ODE needs none."
+    ),
+    RESULTS.invalid_tolerances: (
+        "The step-size controller's rtol or atol (passed traced, so checked when the solve "
+        "runs) holds a negative, NaN or infinite value: every tolerance must be finite and "
+        ">= 0 (a negative one would accept every step)."
     ),
     RESULTS.nonfinite_event_condition: (
         "An Event's condition function returned NaN (at t0, or at the end of the last step "
@@ -291,6 +299,7 @@ _INPUTS = frozenset(
         RESULTS.invalid_dt0,
         RESULTS.invalid_save_times,
         RESULTS.invalid_step_times,
+        RESULTS.invalid_tolerances,
     }
 )
 

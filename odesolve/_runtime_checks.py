@@ -17,7 +17,7 @@ from adjoints import trace_time_value
 from ._config import Config, Params
 from ._results import RESULTS, SolveError, failure_message, is_bad_input, is_okay
 from ._solution import Solution
-from ._validate import ends_without_t1, resolution
+from ._validate import ends_without_t1, resolution, steps_of_dt0_throughout
 
 
 def input_checks(config: Config, params: Params) -> Any:
@@ -27,8 +27,11 @@ def input_checks(config: Config, params: Params) -> Any:
     result = jnp.asarray(RESULTS.successful, jnp.int32)
     t_start, t_end, dt0 = params.t_start, params.t_end, params.dt0
     if dt0 is not None:
-        # (t1 = inf with an event: the resolution near t0.)
+        # (t1 = inf with an event: the resolution near t0. An adaptive controller takes
+        # dt0 only at t0.)
         t_far = jnp.where(jnp.isfinite(t_end), t_end, t_start)
+        if not steps_of_dt0_throughout(params.controller):
+            t_far = t_start
         t_max = jnp.maximum(jnp.abs(t_start), jnp.abs(t_far))
         fine = dt0 >= resolution(jax.lax.stop_gradient(t_max), t_start.dtype)
         bad_dt0 = ~(jnp.isfinite(dt0) & fine) & (t_end > t_start)
@@ -41,11 +44,26 @@ def input_checks(config: Config, params: Params) -> Any:
         result = jnp.where(ordered & jnp.all(jnp.isfinite(ts)), result, RESULTS.invalid_save_times)
     valid = params.controller.times_are_valid(t_start, t_end)
     result = jnp.where(valid, result, RESULTS.invalid_step_times)
+    result = jnp.where(_tolerances_are_valid(params.controller), result, RESULTS.invalid_tolerances)
     # t1 = inf is allowed only for an event or max_steps to end the solve (as checked at
     # trace time for a concrete t1).
     ends = ends_without_t1(config.event, config.max_steps)
     finite = jnp.isfinite(t_start) & (jnp.isfinite(t_end) | ends)
     return jnp.where(finite & ~jnp.isnan(t_end), result, RESULTS.nonfinite_times)
+
+
+def _tolerances_are_valid(controller: Any) -> Any:
+    """Traced tolerances are finite and >= 0 (concrete ones were checked when the
+    controller was made): a negative one would accept every step without a word."""
+    tolerances = controller.tolerances()
+    valid = jnp.asarray(True)
+    if tolerances is None:
+        return valid
+    for tol in tolerances:
+        if eqx.is_array(tol) and not jnp.iscomplexobj(tol) and trace_time_value(tol) is None:
+            tol = jax.lax.stop_gradient(tol)
+            valid = valid & jnp.all(jnp.isfinite(tol) & (tol >= 0))
+    return valid
 
 
 def final_result(

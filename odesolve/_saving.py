@@ -17,6 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float, Int
 
 from adjoints import Write
@@ -25,6 +26,7 @@ from . import _interpolation
 from ._flat import FlatSpec, PyTree, flat_spec, state_dtype
 from ._saveat import SaveAt, SubSaveAt, save_y
 from ._solution import DenseInterpolation, StepRows
+from ._time import narrower_times
 
 # Save times one emit writes at most, under `vmap`. There each emit is a round of the
 # lockstep loops, forwards and in the reverse sweep, that every sample waits for, so a
@@ -125,14 +127,23 @@ def _fn_shape(fn: Callable, t0: Float[Array, ""], y0: PyTree, args: PyTree) -> P
 
 
 def save_times(
-    saveat: SaveAt, direction: Float[Array, ""], dtype: jnp.dtype
+    saveat: SaveAt, direction: Float[Array, ""], dtype: jnp.dtype, start: Array, end: Array
 ) -> tuple[Array | None, ...]:
     """Each output's save times in tau, with an inf sentinel after the last (None: no
-    `ts`)."""
-    return tuple(
-        None if o.ts is None else jnp.append(direction * jnp.asarray(o.ts, dtype), jnp.inf)
-        for o in saveat.outputs
-    )
+    `ts`). Times given in a narrower dtype than time's that lie past the interval
+    [`start`, `end`] (tau) by their own dtype's rounding are at its end (float32 0.3 is
+    0.30000001 in float64), as their check allowed."""
+
+    def in_tau(ts: ArrayLike) -> Array:
+        tau = direction * jnp.asarray(ts, dtype)
+        if narrower_times(ts, dtype):
+            own = lambda t: jnp.abs(jnp.spacing(jnp.asarray(t, jnp.result_type(ts))))
+            rounding = lambda t: 2 * own(t).astype(dtype)
+            tau = jnp.where((tau > end) & (tau - end <= rounding(end)), end, tau)
+            tau = jnp.where((tau < start) & (start - tau <= rounding(start)), start, tau)
+        return jnp.append(tau, jnp.inf)
+
+    return tuple(None if o.ts is None else in_tau(o.ts) for o in saveat.outputs)
 
 
 # ------------------------------------------------------------------ in the loop

@@ -281,6 +281,9 @@ def as_one_term(terms: Any, term_structure: Any, y0: PyTree) -> "ODETerm":
                 " A control term is solved as the ODE it is when its path has a "
                 "derivative(t) method (e.g. LinearInterpolation, CubicInterpolation)."
             )
+        origin = type(terms).__module__.split(".")[0]
+        if origin not in ("builtins", "odesolve"):
+            pair += f" A {origin} term does not mix with odesolve's: use odesolve.ODETerm."
         raise TermAndSolverIncompatible(
             f"{_INCOMPATIBLE}terms={terms!r}: pass ODETerm(f) with f(t, y, args) returning "
             f"dy/dt (or a MultiTerm of ODETerms, whose rates add).{pair}"

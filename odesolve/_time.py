@@ -11,6 +11,7 @@ truncates the step to zero.
 import contextlib
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -27,7 +28,18 @@ def time_dtype(*times: ArrayLike | None, state: PyTree = None) -> Any:
     counts, a complex state's too)."""
     leaves = [_real_precision(jnp.result_type(x)) for x in jtu.tree_leaves(state)]
     present = [t for t in times if t is not None]
+    for t in present:
+        if isinstance(t, (str, bytes)) or not eqx.is_array_like(t):
+            raise TypeError(f"time {t!r}: pass a real number (a Python float or a scalar array).")
     return widest_float(*present, *leaves, jnp.float32)
+
+
+def narrower_times(ts: Any, time_dtype: Any) -> bool:
+    """Whether save times are given in a float dtype narrower than time's (float32 times
+    of a float64 solve), where each is known only to the rounding of its own dtype."""
+    dtype = jnp.result_type(ts)
+    floating = jnp.issubdtype(dtype, jnp.floating) and not getattr(ts, "weak_type", False)
+    return floating and jnp.finfo(dtype).bits < jnp.finfo(time_dtype).bits
 
 
 def _real_precision(dtype: Any) -> Any:

@@ -23,7 +23,7 @@ from ._closure import trace_once
 from ._controller._base import AbstractStepSizeController
 from ._controller._base import concrete_float as _concrete
 from ._controller._user import controller_name
-from ._controller.constant import StepTo
+from ._controller.constant import ConstantStepSize, StepTo
 from ._event import BoundCondition, check_condition_outputs, condition_kwargs
 from ._flat import PyTree, complex_dtype, real_dtype, widest_float
 from ._progress_meter import AbstractProgressMeter
@@ -64,6 +64,8 @@ def _normalise_y0(y0: Any) -> Any:
     out = []
     check_array_leaves(y0, "y0")
     for leaf in jtu.tree_leaves(y0):
+        if type(leaf) is int:  # solved as a float: one beyond int32 converts as well
+            leaf = float(leaf)
         leaf = jnp.asarray(leaf)
         out.append(leaf.astype(_float_dtype(leaf.dtype)))
     return jtu.tree_unflatten(treedef, out)
@@ -128,29 +130,48 @@ def resolution(t_max: Any, dtype: Any, xp: Any = jnp) -> Any:
     return 2 * xp.spacing(xp.asarray(t_max, dtype))
 
 
-def _check_resolution(c0, c1, cdt, dtype) -> None:
+def steps_of_dt0_throughout(controller: AbstractStepSizeController) -> bool:
+    """Whether every step is dt0 long (`ConstantStepSize`), so that dt0 must be resolved
+    by the times near both ends; any other controller takes dt0 once, at t0, and then
+    chooses its steps (one that shrinks below the resolution later fails the solve with
+    `step_size_underflow`)."""
+    return isinstance(controller, ConstantStepSize)
+
+
+def _check_resolution(c0, c1, cdt, dtype, controller: AbstractStepSizeController) -> None:
     if None in (c0, c1, cdt) or c0 == c1:  # an empty interval takes no step
         return
-    t_max = max(abs(c0), abs(c1))
+    t_max = max(abs(c0), abs(c1)) if steps_of_dt0_throughout(controller) else abs(c0)
     smallest = float(resolution(t_max, dtype, np))
     if abs(cdt) < smallest:
         name = jnp.dtype(dtype).name
+        # Far from 0 at t0, shifting time helps; steps of dt0 all the way to a distant
+        # t1 (constant steps from t0 near 0) need longer steps or finer times instead.
+        shift = (
+            f"shift time so the solve starts near 0 (t0=0, t1={c1 - c0:g}, with the field "
+            f"given t + {c0:g}), "
+            if abs(c0) >= abs(c1 - c0)
+            else "use an adaptive controller (its steps grow where t is large), "
+        )
         raise ValueError(
             f"dt0={cdt} is below the resolution of {name} times near t={t_max:g}: values "
             f"there are {smallest / 2:g} apart, so steps of that size cannot be taken. "
-            f"Shift time so the solve starts near 0 (t0=0, t1={c1 - c0:g}, with the field "
-            f"given t + {c0:g}), use float64 times, or pass |dt0| >= {smallest:g}."
+            f"To fix it, {shift}use float64 times, or pass |dt0| >= {smallest:g}."
         )
 
 
 def _check_save_ts(ts, c0, c1, time_dtype):
     """Compared as the solve will compare them, in the time dtype: a float32 grid
-    ending at float32(pi) ends at t1=pi."""
+    ending at float32(pi) ends at t1=pi. Times given in a narrower dtype are compared in
+    theirs: float32(0.3), 0.30000001 in float64, ends a solve to t1=0.3 (and the solve
+    saves it at t1: `_saving.save_times`)."""
     if ts is None or not is_concrete(ts):
         return
-    ts = np.asarray(ts, dtype=time_dtype)
+    dtype = jnp.result_type(ts) if _time.narrower_times(ts, time_dtype) else time_dtype
+    ts = np.asarray(ts, dtype=dtype)
+    given = (c0, c1)
     if c0 is not None and c1 is not None:
-        c0, c1 = (np.asarray(c, time_dtype).item() for c in (c0, c1))
+        c0, c1 = (np.asarray(c, dtype).item() for c in (c0, c1))
     if not np.all(np.isfinite(ts)):
         i = int(np.argmax(~np.isfinite(ts)))
         raise ValueError(f"SaveAt(ts=...) has ts[{i}]={ts[i]}: save times must be finite.")
@@ -168,7 +189,7 @@ def _check_save_ts(ts, c0, c1, time_dtype):
     if np.any(outside):
         i = int(np.argmax(outside))
         raise InvalidSaveTimes(
-            f"SaveAt(ts=...) has ts[{i}]={ts[i]} outside [t0, t1] = [{c0}, {c1}]: save "
+            f"SaveAt(ts=...) has ts[{i}]={ts[i]} outside [t0, t1] = [{given[0]}, {given[1]}]: save "
             "times must lie within the interval of integration."
         )
 
@@ -434,7 +455,7 @@ def check_time_values(t0, t1, dt0, y0, saveat, controller, event, max_steps) -> 
     time_dtype = _time.time_dtype(t0, t1, dt0, state=y0)
     for output in saveat.outputs:
         _check_save_ts(output.ts, c0, c1, time_dtype)
-    _check_resolution(c0, c1, cdt, time_dtype)
+    _check_resolution(c0, c1, cdt, time_dtype, controller)
     return c0, c1, cdt, time_dtype
 
 
@@ -470,4 +491,25 @@ def normalise_inputs(
     )
     direction = None if c0 is None or c1 is None else (1 if c1 > c0 else -1)
     num_steps = controller.num_steps(c0, c1, cdt, time_dtype)
+    _check_rows_per_step(saveat, max_steps if num_steps is None else num_steps)
     return Inputs(terms, event, t0, t1, dt0, y0, direction, num_steps)
+
+
+# Most steps a solve counts: step counters are int32, so a larger max_steps (never
+# reached: a billion steps) is taken as this many; an output of a row per step refuses it.
+MOST_STEPS = 2**30
+
+
+def _check_rows_per_step(saveat: SaveAt, steps: Any) -> None:
+    """`SaveAt(steps=...)` and `dense=True` keep a row for every step the solve may take:
+    a bound of more steps than rows can be held is refused, not capped silently."""
+    every = [o.every for o in saveat.outputs if o.every]
+    if steps is None or steps <= MOST_STEPS or not (every or saveat.dense):
+        return
+    shown = "True" if every and every[0] == 1 else every[0] if every else None
+    what = "SaveAt(dense=True)" if saveat.dense else f"SaveAt(steps={shown})"
+    raise ValueError(
+        f"{what} keeps a row for each step the solve may take, and max_steps={steps} asks "
+        f"for more than {MOST_STEPS} of them: pass a max_steps the solve can reach "
+        "(e.g. 100_000), or save at SaveAt(ts=...) instead."
+    )

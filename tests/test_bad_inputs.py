@@ -523,6 +523,68 @@ CASES = {
         TypeError,
         r"(?s)y0 = .*key<fry>.* every leaf of y0 must be a float",
     ),
+    # A negative tolerance accepts every step: per component, at construction or at run
+    # time, as a scalar is.
+    "negative atol per component": (
+        lambda: ode.PIDController(rtol=1e-6, atol=jnp.array([1e-6, -1.0])),
+        ValueError,
+        r"atol=array with atol\[1\]=-1.0\): each tolerance must be finite and >= 0",
+    ),
+    "NaN rtol per component": (
+        lambda: ode.PIDController(rtol=np.array([1e-6, np.nan]), atol=1e-6),
+        ValueError,
+        r"rtol=array with rtol\[1\]=nan",
+    ),
+    "complex rtol": (
+        lambda: ode.PIDController(rtol=1e-6 + 1e-6j, atol=1e-6),
+        TypeError,
+        r"rtol=\(1e-06\+1e-06j\)\): pass a real tolerance",
+    ),
+    "traced negative rtol": (
+        lambda: jitted(
+            lambda r: dict(dt0=None, stepsize_controller=ode.PIDController(rtol=r, atol=0.0)),
+            -0.5,
+        ),
+        RUN_TIME,
+        r"invalid_tolerances.*finite and >= 0",
+    ),
+    "traced NaN atol per component": (
+        lambda: jitted(
+            lambda a: dict(dt0=None, stepsize_controller=ode.PIDController(rtol=1e-6, atol=a)),
+            [1e-6, jnp.nan],
+        ),
+        RUN_TIME,
+        r"invalid_tolerances",
+    ),
+    "a row per step for more steps than can be counted": (
+        lambda: solve(
+            saveat=ode.SaveAt(steps=True), dt0=None, stepsize_controller=PID, max_steps=2**40
+        ),
+        ValueError,
+        r"SaveAt\(steps=True\) keeps a row for each step .* max_steps=1099511627776",
+    ),
+    "a time given as a string to solver.step": (
+        lambda: ode.Tsit5().step(TERM, "0", 1.0, Y0, None, None, made_jump=False),
+        TypeError,
+        r"time '0': pass a real number",
+    ),
+    "a root finder class rather than an instance": (
+        lambda: solve(
+            solver=ode.Kvaerno5(root_finder=ode.VeryChord), dt0=None, stepsize_controller=PID
+        ),
+        TypeError,
+        r"root_finder=VeryChord is a class: pass an instance",
+    ),
+    "a schedule of no checkpoints": (
+        lambda: ode.Online(checkpoints=0),
+        ValueError,
+        r"Online\(checkpoints=0\): pass 1 states or more",
+    ),
+    "segments of no ticks": (
+        lambda: ode.Segments(length=0),
+        ValueError,
+        r"Segments\(length=0\): pass 1 ticks or more",
+    ),
 }
 
 
@@ -557,6 +619,41 @@ def test_a_dt0_just_above_the_resolution_of_time_solves():
     y0 = jnp.array([1.0], jnp.float32)
     sol = solve(solver=ode.Euler(), t0=t0, t1=t1, dt0=dt0, y0=y0, max_steps=None)
     np.testing.assert_allclose(sol.ys[-1, 0], np.exp(-1.0), rtol=2e-2)
+
+
+def test_an_adaptive_first_step_is_checked_against_the_times_near_t0_only():
+    # float32 times near 1e4 are 1e-3 apart, but an adaptive solve takes dt0 once, at
+    # t0 = 0, and grows its steps (as Diffrax's stiff Robertson setup does to t1 = 1e4).
+    y0 = jnp.array([1.0], jnp.float32)
+    pid = ode.PIDController(rtol=1e-4, atol=1e-6)
+    sol = solve(terms=ode.ODETerm(lambda t, y, args: -y / (1 + t)), t1=1e4, dt0=1e-3, y0=y0,
+                stepsize_controller=pid)  # fmt: skip
+    np.testing.assert_allclose(sol.ys[-1, 0], 1 / (1 + 1e4), rtol=1e-2)
+    # Steps of dt0 all the way to t1 cannot be taken there: the fix named is not a shift.
+    with pytest.raises(ValueError, match=r"near t=10000.*use an adaptive controller"):
+        solve(solver=ode.Euler(), t1=1e4, dt0=1e-4, y0=y0, max_steps=None)
+
+
+def test_float32_save_times_of_a_float64_solve_end_at_t1():
+    # float32(0.3) is 0.30000001 in float64: within its own dtype's rounding of t1=0.3,
+    # so it is saved at t1 (as Diffrax accepts it) rather than refused as outside.
+    ts = jnp.linspace(0.0, 0.3, 4, dtype=jnp.float32)
+    at_ts = lambda ts: dict(t1=0.3, saveat=ode.SaveAt(ts=ts))
+    for ys in (solve(**at_ts(ts)).ys, jitted(at_ts, ts)):
+        np.testing.assert_allclose(ys[:, 0], np.exp(-np.asarray(ts, np.float64)), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"ts\[1\]=0.31.* outside \[t0, t1\] = \[0.0, 0.3\]"):
+        solve(**at_ts(jnp.array([0.1, 0.31], jnp.float32)))
+
+
+def test_a_python_int_state_beyond_int32_solves():
+    sol = solve(y0=2**40)
+    np.testing.assert_allclose(sol.ys[-1], 2.0**40 * np.exp(-1.0), rtol=1e-5)
+
+
+def test_a_diffrax_term_is_named_as_not_mixing():
+    diffrax = pytest.importorskip("diffrax")
+    with pytest.raises(ode.TermAndSolverIncompatible, match=r"A diffrax term does not mix"):
+        solve(terms=diffrax.ODETerm(lambda t, y, args: -y))
 
 
 @pytest.mark.parametrize("max_steps", [2**31, 2**32 + 3, 2**40])

@@ -16,6 +16,7 @@ import equinox.internal as eqxi
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
+from .._arguments import check_count
 from .._keeping import taped_step
 from .._lockstep import at_most_once
 from .._loop import Write
@@ -43,6 +44,7 @@ class Online(AbstractSchedule):
     def __check_init__(self) -> None:
         if self.slots is not None and self.slots < 2:
             raise ValueError(f"Online(slots={self.slots}): online checkpointing needs >= 2.")
+        check_count("Online", "checkpoints", self.checkpoints, 1, "states")
 
     def sized(self, sizing: Sizing) -> "Online":
         slots = self.slots or sizing.slots(self.checkpoints)

@@ -36,6 +36,7 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree
 
 from .. import _decisions
+from .._arguments import check_count
 from .._keeping import emit_tick, taped_step
 from .._lockstep import if_any, lockstep_while, tree_where
 from .._loop import Buffers, Write
@@ -81,6 +82,7 @@ class Segments(AbstractSchedule):
     def __check_init__(self) -> None:
         if self.starts is not None and self.starts < 2:
             raise ValueError(f"Segments(starts={self.starts}): keep at least 2 states.")
+        check_count("Segments", "length", self.length, 1, "ticks")
 
     def sized(self, sizing: Sizing) -> "Segments":
         bound = sizing.bound

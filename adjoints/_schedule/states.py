@@ -14,6 +14,7 @@ steps only, without what a step never reads (see `_slots`).
 import equinox as eqx
 from jaxtyping import Array, Bool
 
+from .._arguments import check_count
 from .._keeping import bare_step
 from .._loop import Write
 from .._reverse_recompute import reverse_recompute
@@ -34,6 +35,7 @@ class States(AbstractSchedule):
     def __check_init__(self) -> None:
         if self.slots is not None and self.slots < 2:
             raise ValueError(f"States(slots={self.slots}): keep at least 2 states.")
+        check_count("States", "checkpoints", self.checkpoints, 1, "states")
 
     def sized(self, sizing: Sizing) -> "States":
         if self.slots is not None:

@@ -21,6 +21,8 @@ from jax import lax
 from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
+from adjoints import trace_time_value
+
 from .._checks import check_flag
 from .._flat import FlatSpec, RealScalarLike, in_state_dtype
 from .._norm import rms_norm
@@ -61,6 +63,24 @@ _RANGES = {
     "factormax": (1.0, math.inf, True, "must be >= 1: how far a step may grow, e.g. 10."),
     "safety": (0.0, 1.0, False, "must be in (0, 1], e.g. 0.9."),
 }
+
+
+def _check_tolerance_array(name: str, value: Any) -> None:
+    """A tolerance known at construction is real, and per component finite and >= 0 (a
+    scalar's range is checked with the other options; a traced one when the solve runs)."""
+    if jnp.iscomplexobj(value):
+        raise TypeError(f"PIDController({name}={value!r}): pass a real tolerance, e.g. 1e-6.")
+    known = None if jnp.ndim(value) == 0 else trace_time_value(value)
+    if known is None:
+        return
+    known = np.asarray(known)
+    bad = ~(np.isfinite(known) & (known >= 0))
+    if np.any(bad):
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ValueError(
+            f"PIDController({name}=array with {name}{list(i)}={known[i]}): each tolerance "
+            "must be finite and >= 0, e.g. 1e-6."
+        )
 
 
 def _known(value: object) -> float | None:
@@ -158,6 +178,7 @@ class PIDController(AbstractAdaptiveStepSizeController):
                     f"PIDController({name}=inf) turns off error control: pass a finite "
                     "tolerance, or ConstantStepSize() for fixed steps."
                 )
+            _check_tolerance_array(name, fields[name])
         known = {name: _known(fields[name]) for name in _RANGES}
         for name, (low, high, closed_low, fix) in _RANGES.items():
             value = known[name]

@@ -100,6 +100,9 @@ def with_stepsize_controller_tols(cls: type) -> Callable[..., Any]:
 def root_finder_tolerances(root_finder: Any) -> tuple[Any, Any, Any]:
     """(rtol, atol, kappa) of a root finder; None for those it leaves to the controller
     or the solver."""
+    if isinstance(root_finder, type):
+        name = root_finder.__name__
+        raise TypeError(f"root_finder={name} is a class: pass an instance, {name}(...).")
     for name in ("rtol", "atol"):
         if not hasattr(root_finder, name):
             raise TypeError(
