@@ -102,7 +102,10 @@ _MESSAGES = {
     RESULTS.successful: "",
     RESULTS.max_steps_reached: (
         "The maximum number of solver steps was reached before t1. Increase `max_steps`, "
-        "loosen the tolerances, or use an implicit solver if the problem is stiff."
+        "loosen the tolerances, or use an implicit solver if the problem is stiff. "
+        "Tolerances near the state's precision (float32 holds about 7 digits) need float64 "
+        "(jax.config.update('jax_enable_x64', True)); with t1=inf, only an Event ends the "
+        "solve before max_steps."
     ),
     RESULTS.dt_min_reached: (
         "The step size fell below `dtmin` (PIDController(force_dtmin=False)). Lower "
