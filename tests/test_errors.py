@@ -483,8 +483,10 @@ def test_a_failure_is_one_exception_with_our_message_and_nothing_printed(capfd):
     assert str(info.value) == (
         "diffeqsolve failed (max_steps_reached): The maximum number of solver steps was "
         "reached before t1. Increase `max_steps`, loosen the tolerances, or use an "
-        "implicit solver if the problem is stiff. Pass throw=False to get the solution "
-        "back with sol.result set instead."
+        "implicit solver if the problem is stiff. Tolerances near the state's precision "
+        "(float32 holds about 7 digits) need float64 (jax.config.update('jax_enable_x64', "
+        "True)); with t1=inf, only an Event ends the solve before max_steps. Pass "
+        "throw=False to get the solution back with sol.result set instead."
     )
     assert info.value.__cause__ is None and info.value.__context__ is None
     assert isinstance(info.value, eqx.EquinoxRuntimeError)  # as Diffrax's failures
