@@ -89,8 +89,13 @@ def first_out_of_order(times: Any, direction: float = 1.0) -> int | None:
 
 
 def check_finite_time(given: str, value: Any) -> None:
-    """A time known when given is finite: a step to or from NaN or inf is NaN, and
-    reported as nothing else. `given` names the argument, e.g. "solver.step(t1"."""
+    """A time is a real number, finite where known when given: a step to or from NaN or
+    inf is NaN, and reported as nothing else. `given` names the argument, e.g.
+    "solver.step(t1"."""
+    if isinstance(value, (str, bytes)) or not eqx.is_array_like(value):
+        raise TypeError(
+            f"{given}={value!r}): pass a real number (a Python float or a scalar array)."
+        )
     known = trace_time_value(value)
     if known is None or np.ndim(known) != 0 or not is_real(known):
         return

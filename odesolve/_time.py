@@ -11,7 +11,6 @@ truncates the step to zero.
 import contextlib
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -28,9 +27,6 @@ def time_dtype(*times: ArrayLike | None, state: PyTree = None) -> Any:
     counts, a complex state's too)."""
     leaves = [_real_precision(jnp.result_type(x)) for x in jtu.tree_leaves(state)]
     present = [t for t in times if t is not None]
-    for t in present:
-        if isinstance(t, (str, bytes)) or not eqx.is_array_like(t):
-            raise TypeError(f"time {t!r}: pass a real number (a Python float or a scalar array).")
     return widest_float(*present, *leaves, jnp.float32)
 
 

@@ -566,7 +566,7 @@ CASES = {
     "a time given as a string to solver.step": (
         lambda: ode.Tsit5().step(TERM, "0", 1.0, Y0, None, None, made_jump=False),
         TypeError,
-        r"time '0': pass a real number",
+        r"solver.step\(t0='0'\): pass a real number",
     ),
     "a root finder class rather than an instance": (
         lambda: solve(
