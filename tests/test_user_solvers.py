@@ -278,6 +278,32 @@ def test_user_solver_kinds_and_what_it_must_define():
         NoInit()
 
 
+def test_a_step_written_over_a_final_solver_inherits_its_init_and_func():
+    # As a user package writes it (`class Stepper(diffrax.Euler)` with its own `step`).
+    def stepper(lib):
+        class Stepper(lib.Euler):
+            def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+                half = y0 + 0.5 * (t1 - t0) * terms.vf(t0, y0, args)
+                y1 = y0 + (t1 - t0) * terms.vf(0.5 * (t0 + t1), half, args)
+                return y1, None, dict(y0=y0, y1=y1), solver_state, lib.RESULTS.successful
+
+        return Stepper()
+
+    field = lambda t, y, args: -args * y + jnp.sin(t)
+    y0 = jnp.array([1.0, -0.5])
+    saveat = lambda lib: lib.SaveAt(ts=jnp.linspace(0.0, 1.0, 7))
+    solve = lambda lib: _solve(
+        lib, stepper(lib), field, y0, lib.ConstantStepSize(), saveat(lib), 0.8
+    )
+    ours, theirs = solve(ode), solve(diffrax)
+    _close(ours.ys, theirs.ys, 1e-12)
+    solver = stepper(ode)
+    state = solver.init(ode.ODETerm(field), 0.0, 0.1, y0, 0.8)
+    _close(solver.func(ode.ODETerm(field), 0.0, y0, 0.8), field(0.0, y0, 0.8), 0.0)
+    y1 = solver.step(ode.ODETerm(field), 0.0, 0.1, y0, 0.8, state, False)[0]
+    assert not np.allclose(y1, y0 + 0.1 * field(0.0, y0, 0.8))  # its own step, not Euler's
+
+
 class _ImplicitEuler(ode.AbstractImplicitSolver):
     # Backward Euler by fixed-point iteration, declared implicit as Diffrax asks.
     root_finder: None = None

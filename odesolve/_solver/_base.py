@@ -13,6 +13,7 @@ real time, for people who write their own loops; it is built on the same two met
 """
 
 import abc
+import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -184,8 +185,13 @@ class _LooksThroughWrappers(type(eqx.Module)):  # type: ignore[misc]
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
         if writes_diffrax_steps(cls):
             # Abstract as Diffrax's AbstractSolver is: `init`, `step` and `func` must be
-            # written; the loop's contract is the adapter's, not the class's.
-            unwritten = {m for m in _DIFFRAX_INTERFACE if _from_base(cls, m)}
+            # written; the loop's contract is the adapter's, not the class's. A subclass
+            # of a final solver (a `step` written over `Euler`'s) inherits that solver's
+            # `init` and `func`, as in Diffrax: here they are `AbstractSolver`'s.
+            concrete = any(
+                issubclass(k, AbstractSolver) and not inspect.isabstract(k) for k in cls.__mro__[1:]
+            )
+            unwritten = {m for m in _DIFFRAX_INTERFACE if _from_base(cls, m) and not concrete}
             cls.__abstractmethods__ = (cls.__abstractmethods__ - _LOOP_CONTRACT) | unwritten
         return cls
 

@@ -5,6 +5,7 @@ Ralston (1962, Math. Comp. 16:431) and Bogacki & Shampine (1989, Appl. Math. Let
 The 2-stage methods embed Euler for an error estimate, as Diffrax's do.
 """
 
+from .._local_interpolation import LocalLinearInterpolation
 from ._runge_kutta import AbstractRungeKutta
 from ._tableau import ButcherTableau, hermite_interpolation, linear_interpolation
 
@@ -32,6 +33,8 @@ class Euler(AbstractRungeKutta):
     """Forward Euler: first order, one stage, no error estimate (fixed steps only)."""
 
     tableau = _EULER
+    # Diffrax's: the dense output of a `step` written over this one (see `_user`).
+    interpolation_cls = LocalLinearInterpolation
 
 
 class Heun(AbstractRungeKutta):

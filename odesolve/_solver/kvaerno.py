@@ -20,6 +20,7 @@ h (k1 - k0) / 2 (the difference from the trapezoidal rule), as Diffrax's does.
 
 import numpy as np
 
+from .._local_interpolation import LocalLinearInterpolation
 from ._continuous_extension import continuous_extension
 from ._embedded import l_stable_embedding
 from ._implicit import AbstractImplicitRungeKutta
@@ -156,6 +157,8 @@ class ImplicitEuler(AbstractImplicitRungeKutta):
     estimate against the trapezoidal rule; linear dense output."""
 
     tableau = _implicit_euler()
+    # Diffrax's: the dense output of a `step` written over this one (see `_user`).
+    interpolation_cls = LocalLinearInterpolation
 
 
 class Kvaerno3(AbstractImplicitRungeKutta):
