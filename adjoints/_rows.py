@@ -10,8 +10,12 @@ on every tick. So a batched row is a scatter or gather with the index promised i
 bounds. (Unbatched, a scatter would cost more than the in-place update.)
 
 A row index may also be a vector: several rows written or read at once (an emit that
-records a block of outputs), as a scatter or gather; rows that are not to be kept are all
-sent to the scratch row.
+records a block of outputs); rows that are not to be kept are all sent to the scratch row.
+A block is written and read a row at a time, each row a scatter or gather of its own. As
+one scatter of the stacked rows, XLA:CPU fused the stack into the kernel that computes the
+rows, and that kernel, writing rows of a few elements through a transpose, ran three to
+five times slower than the same arithmetic as one kernel a row (W6's forward solve spent
+a fifth of its time there; see benchmarks/README.md).
 """
 
 import jax.numpy as jnp
@@ -33,7 +37,9 @@ def write_row(
     value = jnp.asarray(value).astype(buffer.dtype)
     if jnp.ndim(row) == 1:  # a block of whole rows
         assert column == 0  # blocks are written whole
-        return buffer.at[row].set(value, mode="promise_in_bounds")
+        for i in range(jnp.shape(row)[0]):  # rows sent to the scratch row may repeat
+            buffer = buffer.at[row[i]].set(value[i], mode="promise_in_bounds")
+        return buffer
     if not batched:
         start = [jnp.asarray(row, jnp.int32)] + [jnp.int32(0)] * (buffer.ndim - 1)
         if column:
@@ -56,7 +62,8 @@ def read_row(
     whole = width is None and column == 0
     if jnp.ndim(row) == 1:  # a block of whole rows
         assert whole  # blocks are read whole
-        return buffer.at[row].get(mode="promise_in_bounds")
+        rows = [buffer.at[row[i]].get(mode="promise_in_bounds") for i in range(jnp.shape(row)[0])]
+        return jnp.stack(rows)
     if not batched:
         line = lax.dynamic_index_in_dim(buffer, row, keepdims=False)
         return (
