@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
+from ._batching import batch_size, runs_batched
 from ._forward_only import forward_only
 from ._loop import Loop, run_plain
 
@@ -153,11 +154,15 @@ def _bwd(
         return (t_prev, y_prev, _like(a_new, a) + ct_prev, _like(g_new, g)), None
 
     state = (t_end, y_end, a, g)
-    if save_ts is not None:
-        points = (save_ts[::-1], ys[::-1], ct_ys[::-1])
-        state, _ = lax.scan(back, state, points)
-    t_last, y_last, a, g = state
-    a_new, g_new = integrate((y_last, a, g), t_last, t_start)
+    # The backward solves are traced in a scan's body, where a `vmap` around the sweep
+    # cannot be seen: told, they run as batched solves (e.g. stages unrolled, not in a
+    # loop whose stage buffer a batch would transpose at every stage).
+    with runs_batched(batch_size(y_end, a, ys, ct_ys)):
+        if save_ts is not None:
+            points = (save_ts[::-1], ys[::-1], ct_ys[::-1])
+            state, _ = lax.scan(back, state, points)
+        t_last, y_last, a, g = state
+        a_new, g_new = integrate((y_last, a, g), t_last, t_start)
     a, g = _like(a_new, a), _like(g_new, g)
     ct_params = problem.with_theta_cotangent(params, g)
     ct_init = problem.with_y_cotangent(init, a)

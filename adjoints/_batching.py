@@ -16,6 +16,10 @@ does not (`vmap(grad(f))`). A reverse sweep cannot tell those two apart, so it m
 sum over the batch by itself.
 """
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -36,15 +40,37 @@ def _probe_batched(
     size: int, in_batched: list[bool], leaves: list[Array]
 ) -> tuple[Float[Array, "size batch 0"], bool]:
     # Under nested `vmap`s the leaves are batched by the outer ones too: ask them.
-    outer = batch_size(leaves)
+    outer = _probed(leaves)
     return jnp.zeros((size, size * outer, 0), jnp.float32), True
 
 
 def batch_size(*trees: PyTree) -> int:
     """The number of copies of a computation that the `vmap`s around this call run: the
     product of the sizes of the nested `vmap`s over which some array leaf of `trees` is
-    batched (1 if none). A `vmap` outside an enclosing `jax.jit` is not seen: the jitted
-    function is traced for one sample."""
+    batched (1 if none), or the size `runs_batched` gives. A `vmap` outside an enclosing
+    `jax.jit` is not seen: the jitted function is traced for one sample."""
+    return max(_probed(*trees), _KNOWN.get())
+
+
+# A batch the probe cannot see: a loop's body is traced for one sample and batched by
+# JAX afterwards, so within it every value looks unbatched (see `runs_batched`).
+_KNOWN: contextvars.ContextVar[int] = contextvars.ContextVar("batch", default=1)
+
+
+@contextlib.contextmanager
+def runs_batched(size: int) -> Iterator[None]:
+    """Within: `batch_size` is at least `size`. For a loop whose body is traced for one
+    sample but that runs under a `vmap` of `size` samples (a reverse sweep's solves,
+    each in the body of a scan over save times, batched as the sweep is)."""
+    token = _KNOWN.set(max(size, _KNOWN.get()))
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)
+
+
+def _probed(*trees: PyTree) -> int:
+    """`batch_size` as the probe finds it."""
     # A known value is batched by no `vmap`; nor is a traced one whose primal, with the
     # tangents of an eager `grad` stripped, is known. The probe is traced on every call:
     # skipped, an eager gradient's call costs about a millisecond less.

@@ -238,3 +238,27 @@ def test_second_derivatives_and_leaks(n):
         ]
         for j in range(2):  # (differences of a near-zero entry carry the others' noise)
             np.testing.assert_allclose(hessian[j][i], central[j], rtol=1e-5, atol=1e-7 * scale)
+
+
+def test_backward_solves_under_vmap_keep_their_stages_unrolled():
+    # BacksolveAdjoint's backward solves are traced in the body of a scan over the save
+    # times, where the `vmap` around the gradient is not seen; looped there, each stage
+    # transposed the batch's stage buffer (a training step of 32 samples took 2.4 times
+    # Diffrax's time). Told the batch, they unroll their stages as a batched solve does.
+    adjoint = ode.BacksolveAdjoint()
+    y0s = jnp.stack([initial(), 0.9 * initial()])
+
+    def batched_loss(args):
+        ys = jax.vmap(lambda y0: _solve(ode.Tsit5(), y0, adjoint, args).ys)(y0s)
+        return jnp.sum(ys**2)
+
+    def stage_loops(f) -> int:  # scans over a tableau's rows: (m, m + 1) weights
+        loops = lambda e: any(v.aval.shape == (e.params["length"], e.params["length"] + 1)
+                              for v in e.invars)  # fmt: skip
+        jaxpr = jax.make_jaxpr(jax.grad(f))(ARGS)
+        return sum(e.primitive.name == "scan" and loops(e) for e in equations(jaxpr))
+
+    assert stage_loops(_loss(initial(), adjoint)) > 0
+    assert stage_loops(batched_loss) == 0
+    each = sum(jax.grad(_loss(y0, adjoint))(ARGS)[0] for y0 in y0s)
+    np.testing.assert_allclose(jax.grad(batched_loss)(ARGS)[0], each, rtol=1e-9)
