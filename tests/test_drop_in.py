@@ -1,6 +1,8 @@
 """Diffrax behaviour that Diffrax code relies on: an empty interval, root finders on
 implicit solvers, the `RESULTS` lookups."""
 
+import inspect
+
 import diffrax
 import equinox as eqx
 import jax
@@ -156,6 +158,22 @@ def test_diffrax_solver_arguments_are_taken():
     np.testing.assert_array_equal(grads, jax.grad(lambda y0: jnp.sum(solve(ode.Tsit5(), y0)))(Y0))
     with pytest.raises(ValueError, match=r"scan_kind='while'"):
         ode.Tsit5(scan_kind="while")
+
+
+def test_controller_arguments_by_position_are_diffraxs():
+    # Diffrax's PIDController(rtol, atol, norm, pcoeff, ...): a third positional argument
+    # is the norm. The step and jump times, which Diffrax 0.7 moved out, come last.
+    names = lambda cls: list(inspect.signature(cls).parameters)
+    theirs = names(diffrax.PIDController)
+    assert names(ode.PIDController)[: len(theirs)] == theirs
+    max_norm = lambda x: jnp.max(jnp.abs(x))
+    solve = lambda lib: lib.diffeqsolve(
+        lib.ODETerm(lambda t, y, a: -y), lib.Tsit5(), 0.0, 1.0, 0.1, jnp.array([1.0, 2.0]),
+        stepsize_controller=lib.PIDController(1e-6, 1e-8, max_norm, 0.2, 0.4),
+    )  # fmt: skip
+    ours, reference = solve(ode), solve(diffrax)
+    assert int(ours.stats["num_steps"]) == int(reference.stats["num_steps"])
+    np.testing.assert_allclose(ours.ys, reference.ys, rtol=1e-12)
 
 
 def test_very_chord_is_an_optimistix_root_finder_of_its_own():

@@ -112,6 +112,8 @@ class PIDController(AbstractAdaptiveStepSizeController):
     the two accepted steps before it, q the error order.
 
     - `rtol`, `atol`: relative and absolute tolerance (>= 0, not both 0); scalars.
+    - `norm`: maps the PyTree of scaled errors (structured like y0) to a scalar; the
+      default is `rms_norm`, the RMS over all elements.
     - `pcoeff`, `icoeff`, `dcoeff`: the filter's proportional, integral and derivative
       coefficients p, i, d. The default (0, 1, 0) is the classic I controller; e.g.
       (0.4, 0.3, 0) is a PI controller, smoother on mildly stiff problems.
@@ -129,27 +131,27 @@ class PIDController(AbstractAdaptiveStepSizeController):
       rejection the factor is also at most `safety`; after an acceptance at least 1.
     - `safety`: multiplies every proposed factor, in (0, 1] (default 0.9): aim a little
       under the tolerance so fewer steps are rejected.
-    - `norm`: maps the PyTree of scaled errors (structured like y0) to a scalar; the
-      default is `rms_norm`, the RMS over all elements.
     - `error_order`: the order q in the filter's exponents (None: the solver's
       `error_order()`, for most Runge-Kutta methods their order).
     """
 
+    # In Diffrax's order, for arguments passed by position; then the step and jump
+    # times, which Diffrax 0.7 moved to `ClipStepSizeController`.
     rtol: Any
     atol: Any
+    norm: Callable | None = None
     pcoeff: Any = 0
     icoeff: Any = 1
     dcoeff: Any = 0
     dtmin: Any = None
     dtmax: Any = None
     force_dtmin: bool = True
-    step_ts: Any = eqx.field(default=None, converter=times_array)
-    jump_ts: Any = eqx.field(default=None, converter=times_array)
     factormin: Any = 0.2
     factormax: Any = 10.0
     safety: Any = 0.9
-    norm: Callable | None = None
     error_order: Any = None
+    step_ts: Any = eqx.field(default=None, converter=times_array)
+    jump_ts: Any = eqx.field(default=None, converter=times_array)
 
     def __check_init__(self):
         """Values known when constructed (numbers, NumPy or concrete JAX scalars) are
