@@ -37,8 +37,9 @@ def write_row(
     value = jnp.asarray(value).astype(buffer.dtype)
     if jnp.ndim(row) == 1:  # a block of whole rows
         assert column == 0  # blocks are written whole
-        for i in range(jnp.shape(row)[0]):  # rows sent to the scratch row may repeat
-            buffer = buffer.at[row[i]].set(value[i], mode="promise_in_bounds")
+        rows = jnp.asarray(row)
+        for i in range(rows.shape[0]):  # rows sent to the scratch row may repeat
+            buffer = buffer.at[rows[i]].set(value[i], mode="promise_in_bounds")
         return buffer
     if not batched:
         start = [jnp.asarray(row, jnp.int32)] + [jnp.int32(0)] * (buffer.ndim - 1)
@@ -62,8 +63,8 @@ def read_row(
     whole = width is None and column == 0
     if jnp.ndim(row) == 1:  # a block of whole rows
         assert whole  # blocks are read whole
-        rows = [buffer.at[row[i]].get(mode="promise_in_bounds") for i in range(jnp.shape(row)[0])]
-        return jnp.stack(rows)
+        rows = jnp.asarray(row)
+        return jnp.stack([buffer.at[r].get(mode="promise_in_bounds") for r in rows])
     if not batched:
         line = lax.dynamic_index_in_dim(buffer, row, keepdims=False)
         return (
