@@ -16,6 +16,8 @@ from odesolve.bench._test_set import PROBLEMS
 
 # Points of the discretised field, both above the size from which stages loop.
 SIZES = {"small": 96, "large": 1536}
+# Cases run with the heavy matrices (`-m matrix`), not in the default suite.
+_HEAVY = pytest.mark.matrix
 N = SIZES["small"]
 T1 = 0.05
 ARGS = (jnp.asarray(30.0), jnp.asarray(2.0))
@@ -89,7 +91,11 @@ def _unrolled(monkeypatch) -> None:
     jax.clear_caches()
 
 
-@pytest.mark.parametrize("entry", EXPLICIT_SOLVERS, ids=solver_id)
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, marks=_HEAVY if len(e[0].tableau.a) < 2 else ()) for e in EXPLICIT_SOLVERS],
+    ids=solver_id,
+)
 def test_looped_stages_keep_the_solution_and_steps(entry, reference, monkeypatch):
     solver, order = entry
     looped, loops = _solve(solver, initial()), _scans(solver, initial())
@@ -112,7 +118,9 @@ def _loss(y0, adjoint=ode.RecursiveCheckpointAdjoint(), lib=ode):
     return lambda args: jnp.sum(_solve(solver, y0, adjoint, args, lib).ys ** 2)
 
 
-@pytest.mark.parametrize("n", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize(
+    "n", [SIZES["small"], pytest.param(SIZES["large"], marks=_HEAVY)], ids=SIZES.keys()
+)
 def test_gradient_against_diffrax_and_differences(n):
     ours = jax.jit(jax.grad(_loss(initial(n))))(ARGS)
     theirs = jax.grad(_loss(initial(n), diffrax.RecursiveCheckpointAdjoint(), diffrax))(ARGS)
@@ -129,9 +137,6 @@ def test_gradient_against_diffrax_and_differences(n):
 
 # The default suite runs the smaller state with each adjoint but `DirectAdjoint`;
 # `-m matrix` the rest.
-_HEAVY = pytest.mark.matrix
-
-
 @pytest.mark.parametrize(
     "n", [SIZES["small"], pytest.param(SIZES["large"], marks=_HEAVY)], ids=SIZES.keys()
 )
@@ -210,7 +215,12 @@ def _jvp(direction):
 
 @pytest.mark.parametrize(
     "order",
-    [pytest.param(name, marks=_HEAVY if "vmap(vmap" in name else ()) for name in ORDERS],
+    # Batched solves unroll their stages: vmap(vmap(grad)) and the batched vmap(grad)
+    # run with the heavy matrices.
+    [
+        pytest.param(name, marks=_HEAVY if "vmap(vmap" in name or "batched" in name else ())
+        for name in ORDERS
+    ],
 )
 def test_every_transformation_order(order):
     got, expected = ORDERS[order]()
