@@ -144,7 +144,8 @@ def test_gradient_against_diffrax_and_differences(n):
     "adjoint",
     [
         pytest.param(ode.DirectAdjoint(), marks=_HEAVY),
-        ode.BacksolveAdjoint(),
+        # (Its batched backward solves: test_backward_solves_under_vmap_...)
+        pytest.param(ode.BacksolveAdjoint(), marks=_HEAVY),
         ode.ForwardMode(),
     ],
     ids=["direct", "backsolve", "forward"],
@@ -215,12 +216,9 @@ def _jvp(direction):
 
 @pytest.mark.parametrize(
     "order",
-    # Batched solves unroll their stages: vmap(vmap(grad)) and the batched vmap(grad)
-    # run with the heavy matrices.
-    [
-        pytest.param(name, marks=_HEAVY if "vmap(vmap" in name or "batched" in name else ())
-        for name in ORDERS
-    ],
+    # Batched solves unroll their stages: the orders under `vmap` run with the heavy
+    # matrices (test_composition checks every order in the default suite).
+    [pytest.param(name, marks=_HEAVY if "vmap" in name else ()) for name in ORDERS],
 )
 def test_every_transformation_order(order):
     got, expected = ORDERS[order]()
