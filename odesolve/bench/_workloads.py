@@ -704,9 +704,11 @@ WORKLOADS = {
 # Workloads in modules of their own (they use the helpers above) register here.
 from ._w10 import W10  # noqa: E402
 from ._w11 import W11  # noqa: E402
+from ._w12 import W12  # noqa: E402
 
 WORKLOADS[W10.id] = W10
 WORKLOADS[W11.id] = W11
+WORKLOADS[W12.id] = W12
 from ._real_code import W2s, W8, W9  # noqa: E402
 
 for _workload in (W2s, W8, W9):
