@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _reference as reference
+from ._real_code import _entries, _loss_error, _value_and_grad
 from ._spec import Case, Entry, Target, Workload
 
 F32, F64 = jnp.float32, jnp.float64
@@ -25,7 +26,6 @@ HIDDEN, OBSERVATIONS, FEATURES = 32, 20, 3
 SPAN, DT0, RTOL, ATOL = 0.5, 0.1, 1e-4, 1e-5
 BUDGET = 64 * 2**10
 BUDGET_ROW = "odesolve (64 KiB budget)"
-PEERS = ("odesolve", "diffrax")
 
 
 @functools.cache
@@ -66,13 +66,9 @@ def _step(lib, static, adjoint=None):
 
     def loss(params, xs):
         hs, steps = jax.vmap(lambda x: encode(params, x))(xs)
-        return jnp.mean(hs**2), jnp.max(steps)
+        return jnp.mean(hs**2), steps
 
-    def run(params, xs):
-        (value, steps), grads = jax.value_and_grad(loss, has_aux=True)(params, xs)
-        return (value, grads), steps
-
-    return run
+    return _value_and_grad(loss)
 
 
 def _loss_reference(batch: int) -> float:
@@ -90,15 +86,13 @@ def _loss_reference(batch: int) -> float:
 
 def cases(batch: int, peers: dict) -> list[Case]:
     params, static, xs = _problem(batch)
-    evals = lambda steps: 6 * steps + 1  # Tsit5, per solve
-    build = lambda module: lambda rows: _step(module, static)
-    entries = [Entry(name, build(peers[name]), evals) for name in PEERS if name in peers]
+    entries = list(_entries(peers, lambda lib: _step(lib, static)))
     if "odesolve" in peers:
         ode = peers["odesolve"]
         budget = ode.RecursiveCheckpointAdjoint(memory_budget=BUDGET)
-        entries.append(Entry(BUDGET_ROW, lambda rows: _step(ode, static, budget), evals))
-    loss_ref = _loss_reference(batch)
-    error = lambda out: reference.max_rel_error(out[0], loss_ref)
+        build = lambda rows: _step(ode, static, budget)
+        entries.append(Entry(BUDGET_ROW, build, entries[0].evals))
+    error = _loss_error(_loss_reference(batch))
     label = f"W12 B={batch}"
     return [Case("W12", label, (params, xs), tuple(entries), error, "rel. error of the loss")]
 
