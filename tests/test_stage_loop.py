@@ -91,9 +91,15 @@ def _unrolled(monkeypatch) -> None:
     jax.clear_caches()
 
 
+def _light(solver) -> bool:
+    # One- and two-stage solvers never loop; Bosh3's third order takes the most steps at
+    # this tolerance, and its stages loop in the code Tsit5's, Dopri5's and Dopri8's do.
+    return len(solver.tableau.a) >= 2 and not isinstance(solver, ode.Bosh3)
+
+
 @pytest.mark.parametrize(
     "entry",
-    [pytest.param(e, marks=_HEAVY if len(e[0].tableau.a) < 2 else ()) for e in EXPLICIT_SOLVERS],
+    [pytest.param(e, marks=() if _light(e[0]) else _HEAVY) for e in EXPLICIT_SOLVERS],
     ids=solver_id,
 )
 def test_looped_stages_keep_the_solution_and_steps(entry, reference, monkeypatch):
