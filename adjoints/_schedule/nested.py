@@ -216,11 +216,11 @@ class _NestedReversal(eqx.Module):
             ct, ct_params = s
             row = count - 1 - i
             taken = first + row < n
-            # Each sample reads a row of its own solve (one that ended earlier reads its
-            # last, unused): under `vmap` a row read at an index the samples share is
-            # fused by XLA:CPU into every kernel that uses it, among them the per-sample
-            # weight cotangents, where it ran ten times slower than read once.
-            own = jnp.clip(jnp.minimum(row, n - 1 - first), 0)
+            # Each sample reads its row at an index of its own (row 0, unused, where its
+            # solve ended earlier): under `vmap` a row read at an index the samples share
+            # is fused by XLA:CPU into every kernel that uses it, among them the
+            # per-sample weight cotangents, where it ran ten times slower than read once.
+            own = jnp.where(taken, row, 0)
             dp, dc = layout.vjp(taped_rows.residuals(tape, own), run.params)(ct)
             return tree_where(taken, dc, ct), accumulate(taken, ct_params, dp, params_f)
 
