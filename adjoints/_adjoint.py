@@ -11,10 +11,11 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   pullback, and no step is evaluated again.
 - binomial, s slots (n known): s |c| bytes; t n - beta(s + 1, t - 1) ticks are
   recomputed in all (Griewank), plus the VJPs.
-- taped segments of L ticks (n unknown, bound N, no `checkpoints` given, the tape too
-  large): (L + 1) |r| + (N / L + 1) |c| bytes; a solve of n <= L ticks is reversed as a
-  tape, a longer one runs each tick outside its last segment once more, linearised
-  (`Segments`).
+- segments of L ticks (n unknown, bound N, no `checkpoints` given): (L + 1) |r| +
+  (N / L + 1) |c| bytes (at most 9 |c| when thinned); a solve of n <= L ticks is
+  reversed as a tape, a longer one runs each tick outside its first segment once more,
+  linearised (`Segments`). Bare (the default, unbatched): the forward sweep keeps only
+  the states, and the reverse sweep tapes every segment.
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
   2 n / s ticks with the slots free at the time. With residuals beside each state
   (`Online`) a solve of n <= s ticks is reversed as a tape; bare states (`States`, for
@@ -104,6 +105,18 @@ CHEAP_OPERATIONS_PER_BYTE = 8
 # again and again (benchmarks/README.md: reaction-diffusion batches, segments of 20 ticks
 # 10-20% faster than bare states, of 10 level, of 2 to 5 ticks 35-45% slower).
 SHORT_SEGMENT_TICKS = 8
+# A loop of unknown length (adaptive steps) with the default budget keeps little for its
+# reverse sweep, whatever its bound: what a forward sweep leaves for the reverse is kept
+# for as long as the caller's program needs it, and a `lax.scan` or `vmap` around the
+# solve, which no solve can see, stacks it once for each iteration and sample (an ODE-RNN
+# encoder, 20 solves of 5 steps in a scan under `vmap` over 32 series, kept 2.5 GB of
+# tapes sized for `max_steps` and ran 43 times Diffrax's time; see benchmarks/README.md).
+# Unbatched, the forward sweep tapes nothing: it keeps the states before segments of the
+# ticks a reverse tape of `REVERSE_TAPE_BYTES` holds, and the reverse sweep tapes each
+# segment again. Batched, it tapes the first segment, of at most `FORWARD_TAPE_BYTES` a
+# sample. Either holds `MIN_DEFAULT_TICKS_PER_SOLVE` ticks at least, where the budget does.
+REVERSE_TAPE_BYTES = 64 * 2**10
+FORWARD_TAPE_BYTES = 128 * 2**10
 
 
 def least_states(bound: int) -> int:
@@ -255,14 +268,19 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       Diffrax counts them; each emit (an output time, or the row that dense output or
       `SaveAt(steps=True)` writes after a step) has a slot of its own besides, so that
       saving more often does not thin the checkpoints of the steps. None (default):
+      with an unknown number of steps (adaptive steps) and the default budget, segments
+      whose reverse sweep runs each tick at most once more, sized by what they keep
+      rather than by `max_steps` (see `REVERSE_TAPE_BYTES`): unbatched, the forward
+      sweep tapes nothing and keeps the states before segments; under `vmap`, it tapes
+      the first segment (a solve that ends within it recomputes nothing). Otherwise,
       tape every step (its residuals: no recomputation) when the tape fits in
-      `memory_budget` bytes; otherwise, with a known number of steps (`ConstantStepSize`
-      with concrete times, `StepTo`) and no output between them, nested segments within
-      the budget; with an unknown number (adaptive steps) or outputs between the steps,
-      taped segments: the longest tape of steps that
-      fits beside the states before its segments (before each segment of the bound, or
-      at most 8, thinned as the loop runs), so that a solve that ends within one
-      segment recomputes nothing, unless a row takes `LARGE_ROW_BYTES`, or
+      `memory_budget` bytes; failing that, with a known number of steps
+      (`ConstantStepSize` with concrete times, `StepTo`) and no output between them,
+      nested segments within the budget; with an unknown number or outputs between the
+      steps, taped segments: the longest that
+      fit beside the states before its segments (before each segment of the bound, or
+      at most 8, thinned as the loop runs). In either case segments give way to bare
+      states where a row takes `LARGE_ROW_BYTES`, or
       `CHEAP_ROW_BYTES` for a step of at most `CHEAP_OPERATIONS_PER_BYTE` operations a
       byte of it, and (under `vmap`) the segments would be shorter than
       `SHORT_SEGMENT_TICKS` (then bare states, thinned online: recomputing such a step
@@ -282,7 +300,9 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       `least_states` states per sample (log2 of the bound on the ticks, plus 1). A tape of
       every step is sized for `max_steps` (or for the number of fixed steps, where
       counted when traced and fewer), so a lower `max_steps` lets more solves tape;
-      taped segments are sized by the budget alone.
+      taped segments are sized by the budget alone. Set it to tape the whole of an
+      adaptive solve (fastest for one long solve called on its own; see the adjoints
+      page for a solve inside a loop).
     - `schedule`: None (default) chooses as above; a schedule forces one: `Tape()`
       (every step), `Segments(length=...)` (taped segments), `Online(checkpoints=...)`
       (online thinning), `States(checkpoints=...)` (online thinning of bare states, no
@@ -347,13 +367,17 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         per_segment_row = per_tick
         if self.decision_rows is None:
             per_segment_row += MOST_STARTS * value_bytes(loop, init)
-        per_solve = self.budget_per_solve(batch_size)
+        per_solve = segmented = self.budget_per_solve(batch_size)
+        # Unbatched, a loop of unknown length is reversed by bare segments (see above).
+        bare = self.memory_budget is None and loop.num_steps is None and batch_size == 1
         if self.memory_budget is None:
             ticks = MIN_DEFAULT_TICKS_PER_SOLVE
             enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_segment_row)
             per_solve = max(
                 self.budget_per_solve(batch_size, enough), least_states(bound) * per_state
             )
+            cap = max(REVERSE_TAPE_BYTES if bare else FORWARD_TAPE_BYTES, enough)
+            segmented = per_solve if loop.num_steps is not None else min(per_solve, cap)
         chosen = self.chosen_schedule()
         if chosen is not None:
             sizing = Sizing(
@@ -363,14 +387,14 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
             return chosen.sized(sizing)
         slots = self.checkpoints
         if slots is None:
-            if per_solve // max(per_tick, 1) >= bound:
+            if segmented // max(per_tick, 1) >= bound:
                 return Tape(bound)
             if loop.num_steps is not None and _offline(loop) and loop.decision is None:
                 nested = Nested.fit(loop.num_steps, per_state, per_tick, per_solve)
                 if nested is not None:
                     return nested
             if not _offline(loop):
-                segments = Segments.fit(bound, per_state, per_segment_row, per_solve)
+                segments = Segments.fit(bound, per_state, per_segment_row, segmented)
                 # Bare states are weighed against taped rows as whole carries, the
                 # measure the ratios were set by (a field whose linearisation is
                 # costly is faster taped, however small its states); once chosen, as
@@ -380,12 +404,12 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 length = 0 if segments is None or segments.length is None else segments.length
                 dear = _rows_dearer_than_steps(per_tick, per_step, batch_size, length)
                 if segments is not None and not dear and RESIDUAL_RATIO * length >= carries:
-                    return segments
+                    return segments.with_bare(bare)
                 many = carries >= RESIDUAL_RATIO * per_solve // max(per_slot, 1)
                 if states >= 2 and (dear or many):
                     return States(states)
                 if segments is not None:
-                    return segments
+                    return segments.with_bare(bare)
             slots = max(MIN_SLOTS, per_solve // max(per_slot, 1))
         else:
             slots = max(MIN_SLOTS, slots + loop.max_emits)

@@ -35,12 +35,20 @@ def forward_sweep(
         at, writes, kept = schedule.emit(run, small[0], (small[1], stored), active)
         return (at, kept[0]), (kept[1], apply_writes(bufs, writes, active, run.batched))
 
+    run_steps = None if run.batched else schedule.run_of_steps(run)
+
+    def steps(small: _Small, stored: PyTree) -> tuple[_Small, PyTree]:
+        assert run_steps is not None
+        at, kept = run_steps(small[0], (small[1], stored))
+        return (at, kept[0]), kept[1]
+
     loop, params = run.loop, run.params
     ticks = Ticks(
         going=lambda s: loop.going(params, s[0].carry),
         pending=lambda s: loop.pending(s[0].carry),
         step=step,
         emit=emit,
+        steps=None if run_steps is None else steps,
     )
     small, stored = schedule.empty(run)
     start = (Tick(jnp.int32(0), run.init), small)

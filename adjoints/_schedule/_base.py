@@ -12,6 +12,7 @@ sized for the loop by `sized` when the loop is differentiated.
 """
 
 import abc
+from collections.abc import Callable
 
 import equinox as eqx
 from jaxtyping import Array, Bool
@@ -84,6 +85,11 @@ class AbstractSchedule(eqx.Module):
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
         """Take the emit at `at`, keeping what the reverse sweep needs of it; also returns
         the emit's writes."""
+
+    def run_of_steps(self, run: Run) -> Callable[[Tick, Kept], tuple[Tick, Kept]] | None:
+        """Unbatched: how to take the steps before the next emit at once (from a tick
+        where one is due), or None: `step` after `step`."""
+        return None
 
     @abc.abstractmethod
     def reverse(self, back: Backward) -> Cotangents:

@@ -1,19 +1,24 @@
 """Taped segments for a loop whose length is known only as a bound (adaptive steps).
 
-The ticks are cut into segments of `length` ticks. The forward sweep tapes every tick (a
-step's residuals, or the carry before an emit) into one tape of `length` rows, each
-segment overwriting the last, and keeps the state before each segment. So when the loop
-ends, its last segment is on the tape, and the reverse sweep reverses it by the taped
-pullbacks alone; each earlier segment, last first, is run again from its state, taping
-its ticks as the forward sweep did, and reversed the same way.
+The ticks are cut into segments of `length` ticks. The forward sweep tapes the first
+segment (a step's residuals, or the carry before an emit), runs the others bare and keeps
+the state before each segment. The reverse sweep takes the segments last first: each but
+the first is run again from its state, taped into a tape of its own, and reversed by the
+taped pullbacks; the first is then reversed from the forward sweep's tape.
 
-A loop that ends within one segment (the common case when the tape is sized from the
-memory budget) is thus reversed as a plain tape, with no recomputation, while a longer
-one costs one more linearised run of every tick outside its last segment: no tick is
-evaluated more than twice, whatever the loop's length. Online thinning (`online.py`)
-keeps fewer states, but reverses through Griewank's binomial rule, evaluating ticks
-several times and linearising each again in its VJP; it remains for budgets too small
-for this scheme.
+A loop that ends within its first segment is thus reversed as a plain tape, with no
+recomputation, while a longer one runs each later tick once more, linearised: no tick is
+evaluated more than twice, whatever the loop's length, and the forward sweep linearises
+only the first segment. (A tape of every tick, each segment overwriting the last, left
+the last segment to the reverse sweep instead, but linearised every tick of the forward
+sweep, and the later ones twice.) Online thinning (`online.py`) keeps fewer states, but
+reverses through Griewank's binomial rule, evaluating ticks several times and
+linearising each again in its VJP; it remains for budgets too small for this scheme.
+
+`bare`: the forward sweep tapes nothing, and the reverse sweep tapes every segment. What
+the forward sweep leaves for the reverse is then a few states and the step-size
+decisions, whatever the tape's length and the loop's bound: a caller's `lax.scan` (or
+`jax.checkpoint`) around the solve keeps that for each of its iterations.
 
 A bound far beyond the steps a solve takes (`max_steps` 4096, a solve of 30 ticks) would
 make the states before the segments of the bound the larger part of the memory. So at
@@ -24,10 +29,12 @@ next would not fit. Memory then follows the tape, not the bound; a solve of up t
 the segments between two kept states once more, bare, before re-taping each.
 
 Memory, with |s| bytes per state and |r| per tape row: (length + 1) |r| + (S + 1) |s|
-(one scratch row of each), S = `starts`, or ceil(N / length) for a bound of N ticks.
+(one scratch row of each), S = `starts`, or ceil(N / length) for a bound of N ticks;
+while it re-tapes, the reverse sweep holds a second tape of (length + 1) |r|.
 """
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -37,7 +44,7 @@ from jaxtyping import Array, Bool, Int, PyTree
 
 from .. import _decisions
 from .._arguments import check_count
-from .._keeping import emit_tick, taped_step
+from .._keeping import bare_step, emit_tick, taped_step
 from .._lockstep import if_any, lockstep_while, tree_where
 from .._loop import Buffers, Write
 from .._packing import Rows
@@ -69,15 +76,16 @@ _Tick = tuple[Int[Array, ""], PyTree]
 
 
 class Segments(AbstractSchedule):
-    """A tape of `length` rows reused by each segment of `length` ticks, and the state
-    before each segment: before every segment of the bound (`starts` None), or before
-    every `stride`-th, in `starts` slots thinned as the loop runs (see above). `length`
-    None: the longest segments that fit the adjoint's memory budget (or its
-    `checkpoints`)."""
+    """Segments of `length` ticks, the first taped by the forward sweep (none where
+    `bare`), and the state before each segment: before every segment of the bound
+    (`starts` None), or before every `stride`-th, in `starts` slots thinned as the loop
+    runs (see above). `length` None: the longest segments that fit the adjoint's memory
+    budget (or its `checkpoints`)."""
 
     length: int | None = eqx.field(static=True, default=None)
     num_ticks: int | None = eqx.field(static=True, default=None)
     starts: int | None = eqx.field(static=True, default=None)
+    bare: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self) -> None:
         if self.starts is not None and self.starts < 2:
@@ -88,8 +96,13 @@ class Segments(AbstractSchedule):
         bound = sizing.bound
         length = self.length if self.length is not None else sizing.checkpoints
         if length is not None:
-            return Segments(max(2, min(length, bound - 1)), bound, self.starts)
-        return Segments.fit(bound, sizing.state, sizing.row, sizing.budget) or Segments(2, bound)
+            return Segments(max(2, min(length, bound - 1)), bound, self.starts, self.bare)
+        fitted = Segments.fit(bound, sizing.state, sizing.row, sizing.budget) or Segments(2, bound)
+        return fitted.with_bare(self.bare)
+
+    def with_bare(self, bare: bool) -> "Segments":
+        """These segments, with a forward sweep that tapes (False) or runs bare (True)."""
+        return Segments(self.length, self.num_ticks, self.starts, bare)
 
     def _sized(self) -> tuple[int, int]:
         assert self.length is not None and self.num_ticks is not None  # sized
@@ -135,14 +148,23 @@ class Segments(AbstractSchedule):
         return tree_where(active, new_stride, stride), (tape, states, decisions)
 
     def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
+        """The forward sweep's tape row of tick `at.k`: its own in the first segment,
+        else the scratch row."""
         length = self._sized()[0]
-        return jnp.where(active, at.k % length, length)
+        return jnp.where(active & (at.k < length), at.k, length)
+
+    @property
+    def taped_ticks(self) -> int:
+        """The ticks the forward sweep tapes: the first segment's, or none when bare."""
+        return 0 if self.bare else self._sized()[0]
 
     def empty(self, run: Run) -> Kept:
         rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
-        tape = rows.empty(self._sized()[0] + 1)
+        tape = () if self.bare else rows.empty(self._sized()[0] + 1)
         decisions = decision_record(run, self.planned_ticks)
-        return self.init(), (tape, run.packing.empty(self.slots + 1), decisions)
+        # The first segment's state, which `run_of_steps` does not keep as it tapes.
+        states = put_state(run.packing.empty(self.slots + 1), 0, run.init, run.packing)
+        return self.init(), (tape, states, decisions)
 
     @property
     def planned_ticks(self) -> int | None:
@@ -152,18 +174,75 @@ class Segments(AbstractSchedule):
         return None if self.starts is None else length * self.starts
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
+        """One step (taped in the first segment), the state before it kept if it starts
+        a segment."""
         stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
-        rows = tape_rows(run.loop, run.params, run.diff, run.init)
-        after, tape = taped_step(run, rows, at, tape, self._row(at, active), active)
+        if self.bare:
+            after = bare_step(run, at, active)
+        else:
+            rows = tape_rows(run.loop, run.params, run.diff, run.init)
+            taping = at.k < self.taped_ticks
+            row = self._row(at, active)
+            after, tape = taped_step(run, rows, at, tape, row, active, keep=taping)
         decisions = _decisions.record(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, (stride, (tape, states, decisions))
+
+    def run_of_steps(self, run: Run) -> Callable[[Tick, Kept], tuple[Tick, Kept]]:
+        return lambda at, kept: self._run_of_steps(run, at, kept)
+
+    def _run_of_steps(self, run: Run, at: Tick, kept: Kept) -> tuple[Tick, Kept]:
+        """Unbatched, the steps before the next emit in loops that branch on nothing:
+        those of the first segment taped one by one; after it, each segment's first step
+        with its state kept, then its other steps bare, recording their decisions, in a
+        loop that carries nothing else. (A state written at every tick, into the
+        scratch row when not kept, took as long as the step itself on a small state.)"""
+        loop, params, length = run.loop, run.params, self._sized()[0]
+        stepping = lambda at: loop.cond(params, at.carry) & ~loop.pending(at.carry)
+        rows = tape_rows(loop, params, run.diff, run.init)
+
+        def taped(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
+            at, (stride, (tape, states, decisions)) = s
+            after, tape = taped_step(run, rows, at, tape, at.k, jnp.asarray(True))
+            if self.starts is not None:  # else no tick of the first segment is recomputed
+                decisions = _decisions.record(loop, decisions, at.k, at.carry, after.carry, True)
+            return after, (stride, (tape, states, decisions))
+
+        def bare(s: tuple[Tick, PyTree]) -> tuple[Tick, PyTree]:
+            at, decisions = s
+            new = loop.body(params, at.carry)
+            decisions = _decisions.record(loop, decisions, at.k, at.carry, new, True)
+            return Tick(at.k + 1, new), decisions
+
+        def to_start(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
+            """Bare steps up to the next segment's start (or emit, or the end)."""
+            at, (stride, (tape, states, decisions)) = s
+            start = (at.k + length - 1) // length * length
+            going = lambda s: (s[0].k < start) & stepping(s[0])
+            at, decisions = lax.while_loop(going, bare, (at, decisions))
+            return at, (stride, (tape, states, decisions))
+
+        def segment(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
+            """From a segment's start: keep its state, take its first step, then the
+            others up to the next start."""
+            at, kept = s
+            stride, (tape, states, decisions) = self._keep_start(run, at, kept, jnp.asarray(True))
+            at, decisions = bare((at, decisions))
+            return to_start((at, (stride, (tape, states, decisions))))
+
+        s = (at, kept)
+        if self.taped_ticks:
+            s = lax.while_loop(lambda s: (s[0].k < self.taped_ticks) & stepping(s[0]), taped, s)
+        # After an emit, the steps up to the next start: no state to keep before them.
+        s = to_start(s)
+        return lax.while_loop(lambda s: stepping(s[0]), segment, s)
 
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
     ) -> tuple[Tick, tuple[Write, ...], Kept]:
         stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
-        rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
-        tape = rows.put_carry(tape, self._row(at, active), at.carry)
+        if not self.bare:
+            rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
+            tape = rows.put_carry(tape, self._row(at, active), at.carry)
         after, writes = emit_tick(run, at, active)
         decisions = _decisions.record(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, writes, (stride, (tape, states, decisions))
@@ -222,13 +301,14 @@ class Segments(AbstractSchedule):
 
 
 class _SegmentReversal(eqx.Module):
-    """Reverse by `Segments`: the forward sweep left the last segment of each sample on
-    the tape and the state before every kept segment. Segments are taken last to first;
-    each but the last is first run again from the latest kept state before it (bare up
-    to the segment, when thinning released the state before it), taping its ticks (with
-    the first sweep's step-size decisions replayed), then every segment is reversed by
-    `reverse_tape`. Under `vmap` a sample's segments are its own (samples end at
-    different ticks); the loops run in lockstep."""
+    """Reverse by `Segments`: the forward sweep left the first segment of each sample on
+    its tape (unless bare) and the state before every kept segment. Segments are taken
+    last to first; each but the first is run again from the latest kept state before it
+    (bare up to the segment, when thinning released the state before it), taping its
+    ticks (with the first sweep's step-size decisions replayed), and reversed by
+    `reverse_tape`; the first is reversed from the forward sweep's tape. Under `vmap` a
+    sample's segments are its own (samples end at different ticks); the loops run in
+    lockstep."""
 
     run: Run
     schedule: Segments
@@ -242,27 +322,36 @@ class _SegmentReversal(eqx.Module):
     def reverse(self, back: Backward) -> Cotangents:
         length, n = self.schedule._sized()[0], self.n
         ct_final, ct_params = back.start
+        taped = self.schedule.taped_ticks
         last_first = jnp.maximum(n - 1, 0) // length * length
-        first = jnp.where(n > 0, last_first, -length)
+        first = jnp.where(n > taped, last_first, -length)
+        # Its own tape: the forward sweep's holds the first segment, reversed last.
+        tape = self.rows()[1].empty(length + 1)
         small, large = lockstep_while(
-            lambda s, b: s[0] >= 0,
+            lambda s, b: s[0] >= taped,
             self.segment,
             (first, ct_final),
-            (self.kept[0], ct_params, back.ct_buffers),
+            (tape, ct_params, back.ct_buffers),
             self.run.batched,
         )
-        return small[1], large[1]
+        cotangents, ct_bufs = (small[1], large[1]), large[2]
+        if taped:
+            span = (jnp.int32(0), jnp.minimum(n, taped) - 1)
+            cotangents, _ = reverse_tape(
+                self.run, self.kept[0], self.rows(), span, cotangents, ct_bufs
+            )
+        return cotangents
 
     def segment(
         self, small: _Small, large: _Large, active: Bool[Array, ""]
     ) -> tuple[_Small, _Large]:
-        """Reverse the segment from tick `first`, re-taping it first unless it is the
-        last (on the tape already); a finished sample runs nothing."""
+        """Reverse the segment from tick `first`, re-taping it first; a finished
+        sample runs nothing."""
         length, n = self.schedule._sized()[0], self.n
         first, ct_carry = small
         tape, ct_params, ct_bufs = large
         end = jnp.minimum(first + length, n)
-        tape = self.retape(tape, first, jnp.where(active & (end < n), end, first))
+        tape = self.retape(tape, first, jnp.where(active, end, first))
         span = (first, jnp.where(active, end - 1, first - 1))
         (ct_carry, ct_params), ct_bufs = reverse_tape(
             self.run, tape, self.rows(), span, (ct_carry, ct_params), ct_bufs
