@@ -367,17 +367,21 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
         per_segment_row = per_tick
         if self.decision_rows is None:
             per_segment_row += MOST_STARTS * value_bytes(loop, init)
-        per_solve = segmented = self.budget_per_solve(batch_size)
-        # Unbatched, a loop of unknown length is reversed by bare segments (see above).
-        bare = self.memory_budget is None and loop.num_steps is None and batch_size == 1
+        per_solve = self.budget_per_solve(batch_size)
+        ticks = MIN_DEFAULT_TICKS_PER_SOLVE
+        enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_segment_row)
         if self.memory_budget is None:
-            ticks = MIN_DEFAULT_TICKS_PER_SOLVE
-            enough = Segments.memory(ticks, ticks * MOST_STARTS, per_state, per_segment_row)
             per_solve = max(
                 self.budget_per_solve(batch_size, enough), least_states(bound) * per_state
             )
-            cap = max(REVERSE_TAPE_BYTES if bare else FORWARD_TAPE_BYTES, enough)
-            segmented = per_solve if loop.num_steps is not None else min(per_solve, cap)
+        # What segments and bare states may take: by default, for a loop of unknown
+        # length, little (see `REVERSE_TAPE_BYTES`); unbatched, bare segments.
+        segmented = kept = per_solve
+        capped = self.memory_budget is None and loop.num_steps is None
+        bare = capped and batch_size == 1
+        if capped:
+            cap = REVERSE_TAPE_BYTES if bare else FORWARD_TAPE_BYTES
+            segmented, kept = min(per_solve, max(cap, enough)), min(per_solve, cap)
         chosen = self.chosen_schedule()
         if chosen is not None:
             sizing = Sizing(
@@ -400,7 +404,10 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
                 # costly is faster taped, however small its states); once chosen, as
                 # many states kept before a step (smaller) as fit are kept.
                 carries = min(per_solve // max(per_state, 1), bound)
-                states = min(per_solve // max(per_bare, 1), bound)
+                # Bare states are what the forward sweep leaves: as many as `kept` holds
+                # (by default, never fewer than `least_states`).
+                least = least_states(bound) if self.memory_budget is None else 0
+                states = min(max(kept // max(per_bare, 1), least), bound)
                 length = 0 if segments is None or segments.length is None else segments.length
                 dear = _rows_dearer_than_steps(per_tick, per_step, batch_size, length)
                 if segments is not None and not dear and RESIDUAL_RATIO * length >= carries:

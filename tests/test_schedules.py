@@ -573,17 +573,19 @@ def test_the_default_budget_keeps_each_samples_share_in_a_large_batch():
 
 def test_a_large_state_keeps_bare_states_and_never_fewer_than_log2_of_the_bound():
     # A discretised field saved at given times carries its dense output: a state of
-    # 1.6 MB. The default budget still holds log2(4116) + 1 = 14 of them (4 MiB would hold
-    # two, recomputed quadratically), bare: tape rows of 64 KiB or more are not taped.
+    # 1.6 MB. The default keeps log2(4116) + 1 = 14 of them (4 MiB would hold two,
+    # recomputed quadratically), bare: tape rows of 64 KiB or more are not taped.
     default = ode.RecursiveCheckpointAdjoint()
     large = jnp.zeros(400_000, jnp.float32)
     assert least_states(4116) == 14
     assert default.choose_schedule(_adaptive_loop(), large) == States(14)
-    # 160 KB: the 4 MiB budget holds 26, and keeps them bare rather than 16 taped rows.
-    assert default.choose_schedule(_adaptive_loop(), jnp.zeros(40_000, jnp.float32)) == States(26)
-    # A budget the caller sets is kept, however large the state.
-    small = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
-    assert small.choose_schedule(_adaptive_loop(), large) == States(2)
+    # 160 KB: as many, bare rather than 16 taped rows: the default keeps little for the
+    # reverse sweep of a solve of unknown length, whatever its budget would hold.
+    assert default.choose_schedule(_adaptive_loop(), jnp.zeros(40_000, jnp.float32)) == States(14)
+    # A budget the caller sets is kept, however large the state: 4 MiB holds 26 of these.
+    budget = ode.RecursiveCheckpointAdjoint(memory_budget=4 * 2**20)
+    assert budget.choose_schedule(_adaptive_loop(), jnp.zeros(40_000, jnp.float32)) == States(26)
+    assert budget.choose_schedule(_adaptive_loop(), large) == States(2)
     # Rows under 64 KiB are taped in segments as before.
     chosen = default.choose_schedule(_adaptive_loop(), jnp.zeros(4_000, jnp.float32))
     assert isinstance(chosen, Segments)
