@@ -136,16 +136,28 @@ class Segments(AbstractSchedule):
         """Store the carry before tick `at.k` if it starts a kept segment, the kept
         states moved first where the stride doubles."""
         stride, (tape, states, decisions) = kept
-        store, slot, new_stride = self.store(at.k, stride, active)
-        if self.starts is not None:  # thinned as the loop runs
-            states = self.thin(states, stride, new_stride)
-        row = jnp.where(store & active, slot, self.slots)
-        put = lambda: put_state(states, row, at.carry, run.packing, run.batched)
-        # Batched, a state is stored at a few ticks in a segment's length: the scatter of
-        # every sample's carry (and its packing) runs only when some sample stores one,
-        # not at every tick into the scratch row.
-        states = if_any(store & active, put, lambda: states) if run.batched else put()
-        return tree_where(active, new_stride, stride), (tape, states, decisions)
+
+        def keep(small: tuple[Array, Rows]) -> tuple[Array, Rows]:
+            stride, states = small
+            store, slot, new_stride = self.store(at.k, stride, active)
+            if self.starts is not None:  # thinned as the loop runs
+                states = self.thin(states, stride, new_stride)
+            row = jnp.where(store & active, slot, self.slots)
+            put = lambda: put_state(states, row, at.carry, run.packing, run.batched)
+            # Batched, the scatter of every sample's carry (and its packing) runs only
+            # when some sample stores one, not at every tick into the scratch row.
+            states = if_any(store & active, put, lambda: states) if run.batched else put()
+            return tree_where(active, new_stride, stride), states
+
+        if run.batched:
+            stride, states = keep((stride, states))
+        else:
+            # Only at a segment's start, in a branch that holds the states alone: a state
+            # written into the scratch row at every other tick or emit was a large part
+            # of a bare sweep's cost beside its steps.
+            starts = active & (at.k % self._sized()[0] == 0)
+            stride, states = lax.cond(starts, keep, lambda small: small, (stride, states))
+        return stride, (tape, states, decisions)
 
     def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
         """The forward sweep's tape row of tick `at.k`: its own in the first segment,
@@ -192,10 +204,10 @@ class Segments(AbstractSchedule):
 
     def _run_of_steps(self, run: Run, at: Tick, kept: Kept) -> tuple[Tick, Kept]:
         """Unbatched, the steps before the next emit in loops that branch on nothing:
-        those of the first segment taped one by one; after it, each segment's first step
-        with its state kept, then its other steps bare, recording their decisions, in a
-        loop that carries nothing else. (A state written at every tick, into the
-        scratch row when not kept, took as long as the step itself on a small state.)"""
+        those of the first segment taped one by one; after it, for each segment, its
+        state kept, then its steps bare, recording their decisions, in a loop that
+        carries nothing else. (A state written at every tick, into the scratch row when
+        not kept, took as long as the step itself on a small state.)"""
         loop, params, length = run.loop, run.params, self._sized()[0]
         stepping = lambda at: loop.cond(params, at.carry) & ~loop.pending(at.carry)
         rows = tape_rows(loop, params, run.diff, run.init)
@@ -213,27 +225,20 @@ class Segments(AbstractSchedule):
             decisions = _decisions.record(loop, decisions, at.k, at.carry, new, True)
             return Tick(at.k + 1, new), decisions
 
-        def to_start(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
-            """Bare steps up to the next segment's start (or emit, or the end)."""
-            at, (stride, (tape, states, decisions)) = s
-            start = (at.k + length - 1) // length * length
-            going = lambda s: (s[0].k < start) & stepping(s[0])
-            at, decisions = lax.while_loop(going, bare, (at, decisions))
-            return at, (stride, (tape, states, decisions))
-
         def segment(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
-            """From a segment's start: keep its state, take its first step, then the
-            others up to the next start."""
+            """The steps up to the next segment's start (or emit, or the end), the state
+            before the first kept where it starts a segment (after an emit it may not)."""
             at, kept = s
             stride, (tape, states, decisions) = self._keep_start(run, at, kept, jnp.asarray(True))
-            at, decisions = bare((at, decisions))
-            return to_start((at, (stride, (tape, states, decisions))))
+            end = (at.k // length + 1) * length
+            going = lambda s: (s[0].k < end) & stepping(s[0])
+            at, decisions = lax.while_loop(going, bare, (at, decisions))
+            return at, (stride, (tape, states, decisions))
 
         s = (at, kept)
         if self.taped_ticks:
             s = lax.while_loop(lambda s: (s[0].k < self.taped_ticks) & stepping(s[0]), taped, s)
-        # After an emit, the steps up to the next start: no state to keep before them.
-        s = to_start(s)
+        # One copy of the bare step, which XLA compiles once.
         return lax.while_loop(lambda s: stepping(s[0]), segment, s)
 
     def emit(
