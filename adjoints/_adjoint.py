@@ -13,7 +13,7 @@ Memory and recomputation (n ticks, |c| bytes per stored carry, t the repetition 
   recomputed in all (Griewank), plus the VJPs.
 - segments of L ticks (n unknown, bound N, no `checkpoints` given): (L + 1) |r| +
   (N / L + 1) |c| bytes (at most 9 |c| when thinned); a solve of n <= L ticks is
-  reversed as a tape, a longer one runs each tick outside its first segment once more,
+  reversed as a tape, a longer one runs each tick outside its last segment once more,
   linearised (`Segments`). Bare (the default, unbatched): the forward sweep keeps only
   the states, and the reverse sweep tapes every segment.
 - online, s slots (n unknown): s |c| bytes; about the binomial figure for gaps of up to
@@ -113,8 +113,8 @@ SHORT_SEGMENT_TICKS = 8
 # tapes sized for `max_steps` and ran 43 times Diffrax's time; see benchmarks/README.md).
 # Unbatched, the forward sweep tapes nothing: it keeps the states before segments of the
 # ticks a reverse tape of `REVERSE_TAPE_BYTES` holds, and the reverse sweep tapes each
-# segment again. Batched, it tapes the first segment, of at most `FORWARD_TAPE_BYTES` a
-# sample. Either holds `MIN_DEFAULT_TICKS_PER_SOLVE` ticks at least, where the budget does.
+# segment again. Batched, its taped segments take at most `FORWARD_TAPE_BYTES` a sample.
+# Either holds `MIN_DEFAULT_TICKS_PER_SOLVE` ticks at least, where the budget does.
 REVERSE_TAPE_BYTES = 64 * 2**10
 FORWARD_TAPE_BYTES = 128 * 2**10
 
@@ -272,7 +272,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
       whose reverse sweep runs each tick at most once more, sized by what they keep
       rather than by `max_steps` (see `REVERSE_TAPE_BYTES`): unbatched, the forward
       sweep tapes nothing and keeps the states before segments; under `vmap`, it tapes
-      the first segment (a solve that ends within it recomputes nothing). Otherwise,
+      every step, each segment over the last (a solve that ends within one recomputes
+      nothing). Otherwise,
       tape every step (its residuals: no recomputation) when the tape fits in
       `memory_budget` bytes; failing that, with a known number of steps
       (`ConstantStepSize` with concrete times, `StepTo`) and no output between them,

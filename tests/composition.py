@@ -396,8 +396,8 @@ def valid(case: Case) -> bool:
 
 # Values left to the marked runs: each shares its code path with a value the suite keeps
 # (`jvp(grad)` is the forward-over-reverse that `hessian` repeats per direction). The
-# checkpointing schedules differ from `default` (bare segments unbatched, segments taped
-# first under `vmap`, for adaptive steps; a tape for fixed ones) only in where states are
+# checkpointing schedules differ from `default` (bare segments unbatched, taped segments
+# under `vmap`, for adaptive steps; a tape for fixed ones) only in where states are
 # stored and how often steps are recomputed: their custom VJP and
 # its batching rules are the same code, and test_adjoints.py and test_schedules.py check
 # each schedule's gradients and recomputations.

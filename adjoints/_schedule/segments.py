@@ -1,24 +1,25 @@
 """Taped segments for a loop whose length is known only as a bound (adaptive steps).
 
-The ticks are cut into segments of `length` ticks. The forward sweep tapes the first
-segment (a step's residuals, or the carry before an emit), runs the others bare and keeps
-the state before each segment. The reverse sweep takes the segments last first: each but
-the first is run again from its state, taped into a tape of its own, and reversed by the
-taped pullbacks; the first is then reversed from the forward sweep's tape.
+The ticks are cut into segments of `length` ticks. The forward sweep tapes every tick (a
+step's residuals, or the carry before an emit) into one tape of `length` rows, each
+segment overwriting the last, and keeps the state before each segment. So when the loop
+ends, its last segment is on the tape, and the reverse sweep reverses it by the taped
+pullbacks alone; each earlier segment, last first, is run again from its state, taping
+its ticks as the forward sweep did, and reversed the same way.
 
-A loop that ends within its first segment is thus reversed as a plain tape, with no
-recomputation, while a longer one runs each later tick once more, linearised: no tick is
-evaluated more than twice, whatever the loop's length, and the forward sweep linearises
-only the first segment. (A tape of every tick, each segment overwriting the last, left
-the last segment to the reverse sweep instead, but linearised every tick of the forward
-sweep, and the later ones twice.) Online thinning (`online.py`) keeps fewer states, but
-reverses through Griewank's binomial rule, evaluating ticks several times and
-linearising each again in its VJP; it remains for budgets too small for this scheme.
+A loop that ends within one segment (the common case when the tape is sized from the
+memory budget) is thus reversed as a plain tape, with no recomputation, while a longer
+one costs one more linearised run of every tick outside its last segment: no tick is
+evaluated more than twice, whatever the loop's length. Online thinning (`online.py`)
+keeps fewer states, but reverses through Griewank's binomial rule, evaluating ticks
+several times and linearising each again in its VJP; it remains for budgets too small
+for this scheme.
 
-`bare`: the forward sweep tapes nothing, and the reverse sweep tapes every segment. What
-the forward sweep leaves for the reverse is then a few states and the step-size
-decisions, whatever the tape's length and the loop's bound: a caller's `lax.scan` (or
-`jax.checkpoint`) around the solve keeps that for each of its iterations.
+`bare`: the forward sweep tapes nothing, running the steps as a plain loop does, and the
+reverse sweep tapes every segment, the last too, into a tape of its own. What the forward
+sweep leaves for the reverse is then a few states and the step decisions, whatever the
+tape's length and the loop's bound: a caller's `lax.scan` (or `jax.checkpoint`) around
+the solve keeps that for each of its iterations. Each tick is evaluated twice.
 
 A bound far beyond the steps a solve takes (`max_steps` 4096, a solve of 30 ticks) would
 make the states before the segments of the bound the larger part of the memory. So at
@@ -30,7 +31,7 @@ the segments between two kept states once more, bare, before re-taping each.
 
 Memory, with |s| bytes per state and |r| per tape row: (length + 1) |r| + (S + 1) |s|
 (one scratch row of each), S = `starts`, or ceil(N / length) for a bound of N ticks;
-while it re-tapes, the reverse sweep holds a second tape of (length + 1) |r|.
+bare, the tape is the reverse sweep's.
 """
 
 import math
@@ -76,11 +77,11 @@ _Tick = tuple[Int[Array, ""], PyTree]
 
 
 class Segments(AbstractSchedule):
-    """Segments of `length` ticks, the first taped by the forward sweep (none where
-    `bare`), and the state before each segment: before every segment of the bound
-    (`starts` None), or before every `stride`-th, in `starts` slots thinned as the loop
-    runs (see above). `length` None: the longest segments that fit the adjoint's memory
-    budget (or its `checkpoints`)."""
+    """A tape of `length` rows reused by each segment of `length` ticks (the reverse
+    sweep's alone where `bare`), and the state before each segment: before every segment
+    of the bound (`starts` None), or before every `stride`-th, in `starts` slots thinned
+    as the loop runs (see above). `length` None: the longest segments that fit the
+    adjoint's memory budget (or its `checkpoints`)."""
 
     length: int | None = eqx.field(static=True, default=None)
     num_ticks: int | None = eqx.field(static=True, default=None)
@@ -149,75 +150,60 @@ class Segments(AbstractSchedule):
             states = if_any(store & active, put, lambda: states) if run.batched else put()
             return tree_where(active, new_stride, stride), states
 
-        if run.batched:
-            stride, states = keep((stride, states))
-        else:
-            # Only at a segment's start, in a branch that holds the states alone: a state
-            # written into the scratch row at every other tick or emit was a large part
-            # of a bare sweep's cost beside its steps.
+        if self.bare and not run.batched:
+            # Called once a segment or emit (see `_bare_run`): only at a segment's start,
+            # in a branch that holds the states alone. (At every tick, as a taped sweep
+            # calls it, a branch costs more than the write into the scratch row.)
             starts = active & (at.k % self._sized()[0] == 0)
             stride, states = lax.cond(starts, keep, lambda small: small, (stride, states))
+        else:
+            stride, states = keep((stride, states))
         return stride, (tape, states, decisions)
 
     def _row(self, at: Tick, active: Bool[Array, ""]) -> Array:
-        """The forward sweep's tape row of tick `at.k`: its own in the first segment,
-        else the scratch row."""
         length = self._sized()[0]
-        return jnp.where(active & (at.k < length), at.k, length)
-
-    @property
-    def taped_ticks(self) -> int:
-        """The ticks the forward sweep tapes: the first segment's, or none when bare."""
-        return 0 if self.bare else self._sized()[0]
+        return jnp.where(active, at.k % length, length)
 
     def empty(self, run: Run) -> Kept:
         rows = tape_rows(run.loop, run.params, run.diff, run.init)[1]
         tape = () if self.bare else rows.empty(self._sized()[0] + 1)
         decisions = decision_record(run, self.planned_ticks)
-        # The first segment's state, which `run_of_steps` does not keep as it tapes.
-        states = put_state(run.packing.empty(self.slots + 1), 0, run.init, run.packing)
-        return self.init(), (tape, states, decisions)
+        return self.init(), (tape, run.packing.empty(self.slots + 1), decisions)
 
     @property
     def planned_ticks(self) -> int | None:
-        """The ticks this schedule recomputes at most once, where fewer than the bound:
-        with thinned starts, `length x starts` (None: every tick of the bound)."""
+        """The ticks whose step sizes the record keeps, where fewer than the bound: with
+        thinned starts, `length x starts`, the ticks recomputed at most once (None: every
+        tick of the bound). Bare, every tick: its forward sweep's steps are compiled apart
+        from the re-taping sweep's, so a step size made again would differ in its last
+        digits (a thinned solve's gradient by 2e-9 in a float64 test), and a bare sweep
+        unbatched keeps few other bytes."""
         length = self._sized()[0]
-        return None if self.starts is None else length * self.starts
+        return None if self.starts is None or self.bare else length * self.starts
 
     def step(self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]) -> tuple[Tick, Kept]:
-        """One step (taped in the first segment), the state before it kept if it starts
-        a segment."""
+        """One step, taped unless bare, the state before it kept if it starts a
+        segment."""
         stride, (tape, states, decisions) = self._keep_start(run, at, kept, active)
-        if self.bare:
+        if self.bare:  # batched (unbatched, `_bare_run` takes the steps)
             after = bare_step(run, at, active)
         else:
             rows = tape_rows(run.loop, run.params, run.diff, run.init)
-            taping = at.k < self.taped_ticks
-            row = self._row(at, active)
-            after, tape = taped_step(run, rows, at, tape, row, active, keep=taping)
+            after, tape = taped_step(run, rows, at, tape, self._row(at, active), active)
         decisions = _decisions.record(run.loop, decisions, at.k, at.carry, after.carry, active)
         return after, (stride, (tape, states, decisions))
 
-    def run_of_steps(self, run: Run) -> Callable[[Tick, Kept], tuple[Tick, Kept]]:
-        return lambda at, kept: self._run_of_steps(run, at, kept)
+    def run_of_steps(self, run: Run) -> Callable[[Tick, Kept], tuple[Tick, Kept]] | None:
+        return (lambda at, kept: self._bare_run(run, at, kept)) if self.bare else None
 
-    def _run_of_steps(self, run: Run, at: Tick, kept: Kept) -> tuple[Tick, Kept]:
-        """Unbatched, the steps before the next emit in loops that branch on nothing:
-        those of the first segment taped one by one; after it, for each segment, its
-        state kept, then its steps bare, recording their decisions, in a loop that
-        carries nothing else. (A state written at every tick, into the scratch row when
-        not kept, took as long as the step itself on a small state.)"""
+    def _bare_run(self, run: Run, at: Tick, kept: Kept) -> tuple[Tick, Kept]:
+        """Bare and unbatched, the steps before the next emit: for each segment, its
+        state kept, then its steps, recording their decisions, in a loop that carries
+        nothing else and holds the one copy of the step. (A state written at every
+        tick, into the scratch row when not kept, took as long as the step itself on a
+        small state.)"""
         loop, params, length = run.loop, run.params, self._sized()[0]
         stepping = lambda at: loop.cond(params, at.carry) & ~loop.pending(at.carry)
-        rows = tape_rows(loop, params, run.diff, run.init)
-
-        def taped(s: tuple[Tick, Kept]) -> tuple[Tick, Kept]:
-            at, (stride, (tape, states, decisions)) = s
-            after, tape = taped_step(run, rows, at, tape, at.k, jnp.asarray(True))
-            if self.starts is not None:  # else no tick of the first segment is recomputed
-                decisions = _decisions.record(loop, decisions, at.k, at.carry, after.carry, True)
-            return after, (stride, (tape, states, decisions))
 
         def bare(s: tuple[Tick, PyTree]) -> tuple[Tick, PyTree]:
             at, decisions = s
@@ -235,11 +221,7 @@ class Segments(AbstractSchedule):
             at, decisions = lax.while_loop(going, bare, (at, decisions))
             return at, (stride, (tape, states, decisions))
 
-        s = (at, kept)
-        if self.taped_ticks:
-            s = lax.while_loop(lambda s: (s[0].k < self.taped_ticks) & stepping(s[0]), taped, s)
-        # One copy of the bare step, which XLA compiles once.
-        return lax.while_loop(lambda s: stepping(s[0]), segment, s)
+        return lax.while_loop(lambda s: stepping(s[0]), segment, (at, kept))
 
     def emit(
         self, run: Run, at: Tick, kept: Kept, active: Bool[Array, ""]
@@ -306,14 +288,13 @@ class Segments(AbstractSchedule):
 
 
 class _SegmentReversal(eqx.Module):
-    """Reverse by `Segments`: the forward sweep left the first segment of each sample on
-    its tape (unless bare) and the state before every kept segment. Segments are taken
-    last to first; each but the first is run again from the latest kept state before it
-    (bare up to the segment, when thinning released the state before it), taping its
-    ticks (with the first sweep's step-size decisions replayed), and reversed by
-    `reverse_tape`; the first is reversed from the forward sweep's tape. Under `vmap` a
-    sample's segments are its own (samples end at different ticks); the loops run in
-    lockstep."""
+    """Reverse by `Segments`: the forward sweep left the last segment of each sample on
+    the tape (bare: no tape) and the state before every kept segment. Segments are taken
+    last to first; each but the taped last is first run again from the latest kept state
+    before it (bare up to the segment, when thinning released the state before it),
+    taping its ticks (with the first sweep's step-size decisions replayed), then every
+    segment is reversed by `reverse_tape`. Under `vmap` a sample's segments are its own
+    (samples end at different ticks); the loops run in lockstep."""
 
     run: Run
     schedule: Segments
@@ -327,36 +308,30 @@ class _SegmentReversal(eqx.Module):
     def reverse(self, back: Backward) -> Cotangents:
         length, n = self.schedule._sized()[0], self.n
         ct_final, ct_params = back.start
-        taped = self.schedule.taped_ticks
         last_first = jnp.maximum(n - 1, 0) // length * length
-        first = jnp.where(n > taped, last_first, -length)
-        # Its own tape: the forward sweep's holds the first segment, reversed last.
-        tape = self.rows()[1].empty(length + 1)
+        first = jnp.where(n > 0, last_first, -length)
+        # Bare, the reverse sweep's own tape (the forward sweep left none).
+        tape = self.rows()[1].empty(length + 1) if self.schedule.bare else self.kept[0]
         small, large = lockstep_while(
-            lambda s, b: s[0] >= taped,
+            lambda s, b: s[0] >= 0,
             self.segment,
             (first, ct_final),
             (tape, ct_params, back.ct_buffers),
             self.run.batched,
         )
-        cotangents, ct_bufs = (small[1], large[1]), large[2]
-        if taped:
-            span = (jnp.int32(0), jnp.minimum(n, taped) - 1)
-            cotangents, _ = reverse_tape(
-                self.run, self.kept[0], self.rows(), span, cotangents, ct_bufs
-            )
-        return cotangents
+        return small[1], large[1]
 
     def segment(
         self, small: _Small, large: _Large, active: Bool[Array, ""]
     ) -> tuple[_Small, _Large]:
-        """Reverse the segment from tick `first`, re-taping it first; a finished
-        sample runs nothing."""
+        """Reverse the segment from tick `first`, re-taping it first unless it is the
+        last of a taped sweep (on the tape already); a finished sample runs nothing."""
         length, n = self.schedule._sized()[0], self.n
         first, ct_carry = small
         tape, ct_params, ct_bufs = large
         end = jnp.minimum(first + length, n)
-        tape = self.retape(tape, first, jnp.where(active, end, first))
+        retaped = self.schedule.bare or end < n  # the last is on the tape unless bare
+        tape = self.retape(tape, first, jnp.where(active & retaped, end, first))
         span = (first, jnp.where(active, end - 1, first - 1))
         (ct_carry, ct_params), ct_bufs = reverse_tape(
             self.run, tape, self.rows(), span, (ct_carry, ct_params), ct_bufs
