@@ -369,6 +369,8 @@ def test_taped_segments_gradient_matches_unrolled_loop(length, starts, pid_refer
     assert relative_error(hvp, (g(PARAMS + eps * v) - g(PARAMS - eps * v)) / (2 * eps)) <= 1e-5
 
 
+# Traced twice (11 s); `test_schedules.py` checks the default's choice by direct calls.
+@pytest.mark.matrix
 def test_default_adjoint_tapes_segments_when_the_bound_does_not_fit(monkeypatch):
     """16 vmapped adaptive solves with max_steps=4096: a tape of the bound would need
     more than the 4 MiB budget, so the default adjoint tapes segments; with
